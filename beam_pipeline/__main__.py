@@ -1,0 +1,5 @@
+"""Allows `python -m beam_pipeline ...`."""
+
+from beam_pipeline.main import main
+
+main()

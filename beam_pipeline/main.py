@@ -1,0 +1,127 @@
+"""Command-line entry point: `python -m beam_pipeline --input_csv CSV --output_dir DIR`."""
+
+import os
+
+# Quiet TensorFlow's C++ start-up chatter (no GPU, CPU features) in this process
+# and in the worker processes it starts, which inherit the environment. Real
+# failures still reach the user as Python exceptions with their messages.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import logging  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import apache_beam as beam  # noqa: E402
+from apache_beam.io.filesystems import FileSystems  # noqa: E402
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions  # noqa: E402
+
+from beam_pipeline import options as job_options  # noqa: E402
+from beam_pipeline import report  # noqa: E402
+from beam_pipeline import source as csv_source  # noqa: E402
+from beam_pipeline.pipeline import all_shard_keys, build_pipeline  # noqa: E402
+from beam_pipeline.progress import ShardProgress  # noqa: E402
+from tf_serving_input import features  # noqa: E402
+
+# What a run writes into its output folder; --overwrite removes exactly these.
+_OUTPUT_ENTRIES = (features.DATA_DIR, features.SHARD_STATUS_DIR, "transform_fn", "transformed_metadata",
+                   "metadata", features.MANIFEST_FILE, features.ERRORS_FILE, ".tmp")
+
+
+class OutputDirError(RuntimeError):
+    """The output folder cannot be used as asked."""
+
+
+def prepare_output_dir(job):
+    """Refuses to mix with an earlier run's output unless --overwrite; then clears it."""
+    existing = [name for name in _OUTPUT_ENTRIES
+                if FileSystems.exists(FileSystems.join(job.output_dir, name))]
+    if existing and not job.overwrite:
+        raise OutputDirError(
+            f"{job.output_dir} already holds output of an earlier run ({', '.join(existing)}); "
+            "pass --overwrite to replace it, or choose another --output_dir")
+    if existing:
+        FileSystems.delete([FileSystems.join(job.output_dir, name) for name in existing])
+    for name in (features.DATA_DIR, features.SHARD_STATUS_DIR):
+        try:
+            FileSystems.mkdirs(FileSystems.join(job.output_dir, name))
+        except Exception:  # Object stores have no folders; an existing one is fine too.
+            pass
+
+
+def _temp_dir(job, pipeline_options):
+    temp_location = pipeline_options.view_as(GoogleCloudOptions).temp_location
+    if temp_location:
+        return FileSystems.join(temp_location, "beam-image-pipeline-tft")
+    return FileSystems.join(job.output_dir, ".tmp")
+
+
+def shard_counts_for(job, csv_summary):
+    """Shards per split: --num_shards for each, or a count from the split's size."""
+    return {split: job.num_shards or csv_source.auto_num_shards(rows)
+            for split, rows in csv_summary.rows_per_split.items()}
+
+
+def _quiet_library_logs():
+    """Keeps Beam's relayed worker notices and TFT's advice out of the user's terminal."""
+    for name in ("apache_beam.runners.portability", "apache_beam.runners.worker", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def run(argv=None):
+    """Runs the job; returns the process exit code (0 ok, 1 too many failures, 2 refused)."""
+    _quiet_library_logs()
+    job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        csv_summary = csv_source.summarize_csv(job.input_csv, job.columns)
+        prepare_output_dir(job)
+    except (csv_source.CsvError, OutputDirError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+    shard_counts = shard_counts_for(job, csv_summary)
+    names = [csv_source.shard_name(split, index, shard_counts[split])
+             for split, index in all_shard_keys(shard_counts)]
+    splits = ", ".join(f"{split} {rows}" for split, rows in csv_summary.rows_per_split.items())
+    print(f"Reading {job.input_csv}: {csv_summary.rows} rows ({splits}); "
+          f"writing {len(names)} shards to {job.output_dir}", flush=True)
+
+    pipeline_options = PipelineOptions(beam_args)
+    runner = pipeline_options.view_as(StandardOptions).runner
+    monitor = None
+    if job.progress and job_options.is_local_runner(beam_args):
+        monitor = ShardProgress(job.output_dir, len(names), csv_summary.rows)
+        monitor.start()
+    started = time.time()
+    try:
+        with beam.Pipeline(options=pipeline_options) as pipeline:
+            build_pipeline(pipeline, job, shard_counts, _temp_dir(job, pipeline_options))
+    finally:
+        if monitor:
+            monitor.stop()
+    wall_seconds = time.time() - started
+
+    from tf_serving_input.normalization import read_statistics  # TF loads after Beam's workers start.
+
+    statuses = report.read_shard_statuses(job.output_dir, names)
+    statistics = read_statistics(job.output_dir, job.preprocess.image_size)
+    manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner)
+    report.write_outputs(job.output_dir, manifest, failures)
+    local_temp = FileSystems.join(job.output_dir, ".tmp")
+    if FileSystems.exists(local_temp):
+        FileSystems.delete([local_temp])
+    print(report.format_summary(manifest, job.output_dir), flush=True)
+
+    failed_fraction = manifest["failed"] / manifest["rows"]
+    if failed_fraction > job.max_error_rate:
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in
+                            list(manifest["failed_by_reason"].items())[:5])
+        print(f"error: {manifest['failed']} of {manifest['rows']} rows failed ({failed_fraction:.1%}), more "
+              f"than --max_error_rate={job.max_error_rate:g}. Top reasons: {reasons}. Every failed row "
+              f"is listed in {FileSystems.join(job.output_dir, features.ERRORS_FILE)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main():
+    """Console-script entry point."""
+    sys.exit(run())

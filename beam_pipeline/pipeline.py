@@ -1,0 +1,52 @@
+"""Assembles the Beam pipeline: CSV rows -> shards -> TFRecords + TFT statistics."""
+
+import apache_beam as beam
+
+from beam_pipeline import source as csv_source
+from beam_pipeline.analysis import AnalyzeAndSave
+from beam_pipeline.shard_writer import STATS_TAG, WriteShardFn
+
+
+def assign_shard(row, shard_counts):
+    """Row -> ((split, shard_index), Row), by a stable hash of the row's key."""
+    return (row.split, csv_source.shard_of(row.key, shard_counts[row.split])), row
+
+
+def all_shard_keys(shard_counts):
+    """Every (split, shard_index) the output must contain, so empty shards are written too."""
+    return [(split, index) for split, count in sorted(shard_counts.items()) for index in range(count)]
+
+
+def _drop_placeholders(element):
+    shard, rows = element
+    return shard, [row for row in rows if row is not None]
+
+
+def build_pipeline(pipeline, job, shard_counts, temp_dir):
+    """Adds the job's steps to `pipeline`; returns the PCollection of shard status dicts.
+
+    Only rows (paths and labels) cross the shuffle; pixels stay inside the
+    WriteShards stage, which also feeds the statistics.
+    """
+    rows = (pipeline
+            | "CsvPath" >> beam.Create([job.input_csv])
+            | "ReadCsv" >> beam.FlatMap(csv_source.iter_rows, job.columns)
+            # Row
+            | "AssignShard" >> beam.Map(assign_shard, shard_counts))
+            # ((split, shard_index), Row)
+    placeholders = (pipeline
+                    | "ShardKeys" >> beam.Create([(key, None) for key in all_shard_keys(shard_counts)]))
+                    # ((split, shard_index), None)
+    shards = ((rows, placeholders)
+              | "MergeShardKeys" >> beam.Flatten()
+              | "GroupShards" >> beam.GroupByKey()
+              # ((split, shard_index), [Row | None])
+              | "DropPlaceholders" >> beam.Map(_drop_placeholders))
+              # ((split, shard_index), [Row])
+    written = shards | "WriteShards" >> beam.ParDo(
+        WriteShardFn(job.output_dir, job.preprocess, shard_counts, job.max_file_bytes)
+    ).with_outputs(STATS_TAG, main="status")
+    # status: shard status dict; stats: {'image': float32 [S, S, 3], 'label': bytes} of train images
+    _ = written[STATS_TAG] | "Statistics" >> AnalyzeAndSave(
+        job.output_dir, job.preprocess.image_size, temp_dir)
+    return written.status

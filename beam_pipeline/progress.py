@@ -1,0 +1,75 @@
+"""Progress lines while a local run writes shards: done/total, images/s, ETA."""
+
+import threading
+import time
+
+from apache_beam.io.filesystems import FileSystems
+
+from tf_serving_input import features
+
+
+def format_duration(seconds):
+    """Seconds as H:MM:SS."""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class ShardProgress(threading.Thread):
+    """Watches the shard status folder and prints a line whenever shards complete.
+
+    Runner-agnostic: it only looks at files the shard writer publishes, so it
+    works whichever process or machine wrote them.
+    """
+
+    def __init__(self, output_dir, total_shards, total_rows, interval=1.0, out=print):
+        super().__init__(daemon=True)
+        self._pattern = FileSystems.join(output_dir, features.SHARD_STATUS_DIR, "*.json")
+        self._total_shards = total_shards
+        self._total_rows = total_rows
+        self._interval = interval
+        self._out = out
+        self._stop_event = threading.Event()
+        self._start_time = time.time()
+        self._rows_by_status = {}
+
+    def _poll(self):
+        import json
+
+        try:
+            matches = FileSystems.match([self._pattern])[0].metadata_list
+        except Exception:  # The folder may not exist yet.
+            return False
+        changed = False
+        for metadata in matches:
+            if metadata.path in self._rows_by_status:
+                continue
+            try:
+                with FileSystems.open(metadata.path) as f:
+                    self._rows_by_status[metadata.path] = json.loads(f.read())["rows"]
+                changed = True
+            except Exception:
+                continue  # Half-visible on an object store: read it next time.
+        return changed
+
+    def report(self):
+        """Prints one progress line for what is complete now."""
+        done = len(self._rows_by_status)
+        rows = sum(self._rows_by_status.values())
+        elapsed = time.time() - self._start_time
+        rate = rows / elapsed if elapsed > 0 else 0.0
+        remaining = self._total_rows - rows
+        eta = format_duration(remaining / rate) if rate > 0 else "?"
+        self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "
+                  f"{rate:.1f} images/s, ETA {eta}", flush=True)
+
+    def run(self):
+        while not self._stop_event.wait(self._interval):
+            if self._poll():
+                self.report()
+
+    def stop(self):
+        """Stops watching after a last look, so the final line shows the end state."""
+        self._stop_event.set()
+        self.join()
+        if self._poll():
+            self.report()

@@ -1,0 +1,44 @@
+"""tf.train.Example building and TFRecord framing onto any Beam filesystem.
+
+TensorFlow's own writer cannot reach every filesystem Beam can (s3:// among
+them), so shards are framed here and written through Beam's FileSystems.
+"""
+
+import struct
+
+import google_crc32c
+import tensorflow as tf
+
+from tf_serving_input import features
+
+
+def make_example(encoded, image_format, height, width, source, key, label):
+    """Builds the tf.train.Example of one stored image (see README "Output contract")."""
+    def bytes_feature(value):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    def int_feature(value):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        features.IMAGE_ENCODED: bytes_feature(encoded),
+        features.IMAGE_FORMAT: bytes_feature(image_format.encode("ascii")),
+        features.IMAGE_HEIGHT: int_feature(height),
+        features.IMAGE_WIDTH: int_feature(width),
+        features.IMAGE_CHANNELS: int_feature(3),
+        features.IMAGE_SOURCE: bytes_feature(source.encode("utf-8")),
+        features.IMAGE_KEY: bytes_feature(key.encode("ascii")),
+        features.LABEL_TEXT: bytes_feature(label.encode("utf-8")),
+    }))
+
+
+def _masked_crc(data):
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(record):
+    """Returns `record` framed as TFRecord bytes: length, its CRC, data, data CRC."""
+    length = struct.pack("<Q", len(record))
+    return b"".join([length, struct.pack("<I", _masked_crc(length)),
+                     record, struct.pack("<I", _masked_crc(record))])

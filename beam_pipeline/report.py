@@ -1,0 +1,121 @@
+"""After the pipeline: manifest.json, errors.jsonl and the summary printed to the user."""
+
+import collections
+import datetime
+import importlib.metadata
+import json
+import platform
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline import progress
+from beam_pipeline.shard_writer import shard_paths
+from tf_serving_input import features
+
+_PACKAGES = ("beam-image-pipeline", "apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl", "pyarrow")
+
+
+def library_versions():
+    """Versions of Python and of the libraries that shape the output."""
+    versions = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def read_shard_statuses(output_dir, shard_names):
+    """Loads the status file of every expected shard; raises RuntimeError naming missing ones."""
+    statuses, missing = [], []
+    for name in shard_names:
+        _, status_path = shard_paths(output_dir, name)
+        try:
+            with FileSystems.open(status_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                statuses.append(json.loads(f.read()))
+        except Exception:
+            missing.append(name)
+    if missing:
+        raise RuntimeError(f"{len(missing)} shard(s) never completed: {', '.join(missing[:5])}"
+                           f"{' ...' if len(missing) > 5 else ''}")
+    return statuses
+
+
+def reason_category(error):
+    """Groups reasons for the summary: 'image too large: 60000x60000' -> 'image too large'."""
+    return error.split(":", 1)[0].split(" (", 1)[0].strip()
+
+
+def build_manifest(job, statuses, statistics, wall_seconds, runner):
+    """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
+    failures = sorted((f for s in statuses for f in s["failed"]), key=lambda f: f["line"])
+    per_split = collections.defaultdict(lambda: {"rows": 0, "written": 0, "failed": 0, "shards": 0})
+    for status in statuses:
+        counts = per_split[status["split"]]
+        counts["rows"] += status["rows"]
+        counts["written"] += status["records"]
+        counts["failed"] += len(status["failed"])
+        counts["shards"] += 1
+    rows = sum(s["rows"] for s in statuses)
+    written = sum(s["records"] for s in statuses)
+    mean, std, vocabulary = statistics
+    return {
+        "rows": rows,
+        "written": written,
+        "failed": len(failures),
+        "splits": dict(sorted(per_split.items())),
+        "failed_by_reason": dict(collections.Counter(reason_category(f["error"]) for f in failures)
+                                 .most_common()),
+        "shards": [{"file": s["file"], "split": s["split"], "records": s["records"],
+                    "bytes": s["bytes"], "sha256": s["sha256"]}
+                   for s in sorted(statuses, key=lambda s: s["file"])],
+        "statistics": {"split": "train", "pixel_mean": mean, "pixel_std": std,
+                       "label_vocabulary": vocabulary},
+        "config": job.to_dict(),
+        "runner": runner,
+        "wall_seconds": round(wall_seconds, 3),
+        "images_per_second": round(written / wall_seconds, 2) if wall_seconds > 0 else None,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": library_versions(),
+    }, failures
+
+
+def write_outputs(output_dir, manifest, failures):
+    """Writes errors.jsonl, then manifest.json (last, so its presence means the run finished)."""
+    errors_path = FileSystems.join(output_dir, features.ERRORS_FILE)
+    with FileSystems.create(errors_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for failure in failures:
+            f.write((json.dumps(failure, ensure_ascii=False) + "\n").encode("utf-8"))
+    manifest_path = FileSystems.join(output_dir, features.MANIFEST_FILE)
+    with FileSystems.create(manifest_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
+
+
+def format_summary(manifest, output_dir):
+    """The human summary table printed at the end of a run."""
+    lines = ["", "Summary", "-------"]
+
+    def add(name, value):
+        lines.append(f"  {name:<22} {value}")
+
+    add("rows", manifest["rows"])
+    add("written", manifest["written"])
+    add("failed", manifest["failed"])
+    for reason, count in manifest["failed_by_reason"].items():
+        add(f"  {reason}", count)
+    for split, counts in manifest["splits"].items():
+        add(f"split {split}", f"{counts['written']} written, {counts['failed']} failed, "
+                              f"{counts['shards']} shards")
+    stats = manifest["statistics"]
+    add("pixel mean (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_mean"]))
+    add("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"]))
+    add("labels", f"{len(stats['label_vocabulary'])}: {', '.join(stats['label_vocabulary'][:10])}"
+                  f"{' ...' if len(stats['label_vocabulary']) > 10 else ''}")
+    add("time", f"{progress.format_duration(manifest['wall_seconds'])} "
+                f"({manifest['images_per_second']} images/s)")
+    add("output", output_dir)
+    if manifest["failed"]:
+        add("errors", FileSystems.join(output_dir, features.ERRORS_FILE))
+    return "\n".join(lines)

@@ -1,0 +1,187 @@
+"""The per-shard DoFn: read, decode and preprocess each row's image, write the shard.
+
+One call handles one shard's rows, so pixels never leave the worker that
+decoded them: the shard file is written here, and what the statistics need
+goes out through a tagged output that fuses with tensorflow-transform's
+analysis in the same stage. A bad row never raises: it is recorded, with its
+reason, in the shard's status file.
+"""
+
+import hashlib
+import json
+import os
+import time
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline import source as csv_source
+from beam_pipeline.records import frame_record, make_example
+from tf_serving_input import features
+
+STATS_TAG = "stats"
+# Never read more than this from one file: a huge file is refused, not loaded.
+DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+def shard_paths(output_dir, name):
+    """(data file, status file) of the shard `name` in `output_dir`."""
+    return (FileSystems.join(output_dir, features.DATA_DIR, name + features.SHARD_SUFFIX),
+            FileSystems.join(output_dir, features.SHARD_STATUS_DIR, name + ".json"))
+
+
+def read_image_bytes(path, max_bytes=DEFAULT_MAX_FILE_BYTES):
+    """Reads a file through Beam's filesystems; raises ValueError with a readable reason."""
+    if not path:
+        raise ValueError("empty path")
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise ValueError("file not found") from None
+    except IsADirectoryError:
+        raise ValueError("is a directory, not a file") from None
+    except PermissionError:
+        raise ValueError("permission denied") from None
+    except Exception as error:  # Remote filesystems wrap errors in their own types.
+        text = str(error)
+        if "not found" in text.lower() or "no such file" in text.lower() or "404" in text:
+            raise ValueError("file not found") from None
+        raise ValueError(f"cannot read the file: {text.splitlines()[0] if text else type(error).__name__}") from None
+    if len(data) > max_bytes:
+        raise ValueError(f"file too large: more than {max_bytes} bytes")
+    if not data:
+        raise ValueError("empty file (0 bytes)")
+    return data
+
+
+def describe_decode_failure(data, error):
+    """A readable reason for a decode failure, telling truncated files from corrupt ones."""
+    from tf_serving_input.preprocessing import error_reason  # TF is imported on workers only.
+
+    reason = error_reason(error)
+    lowered = reason.lower()
+    if "jpeg" in lowered and data.startswith(b"\xff\xd8"):
+        if not data.rstrip(b"\x00").endswith(b"\xff\xd9"):
+            return "truncated JPEG"
+        return f"corrupt JPEG ({reason})"
+    if "png" in lowered and data.startswith(b"\x89PNG"):
+        if b"IEND" not in data[-32:]:
+            return "truncated PNG"
+        return f"corrupt PNG ({reason})"
+    return reason
+
+
+def _configure_tensorflow_threads():
+    """One TF thread per worker process: Beam already runs one worker per core."""
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:
+        pass  # TF already started in this process (in-process runners, tests): keep its pools.
+
+
+class WriteShardFn(beam.DoFn):
+    """((split, shard_index), [Row]) -> a shard file, its status file and one summary dict.
+
+    Main output: the shard summary (as written to its status file).
+    Tagged output STATS_TAG: {'image': float32 [S, S, 3], 'label': bytes} for
+    every image of the 'train' split, for tensorflow-transform's analysis.
+    """
+
+    def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=DEFAULT_MAX_FILE_BYTES,
+                 stats_split=csv_source.DEFAULT_SPLIT):
+        self._output_dir = output_dir
+        self._config = preprocess_config
+        self._shard_counts = dict(shard_counts)
+        self._max_file_bytes = max_file_bytes
+        self._stats_split = stats_split
+        self._preprocess = None
+
+    def setup(self):
+        _configure_tensorflow_threads()
+        import tensorflow as tf
+
+        from tf_serving_input.preprocessing import encode_image, preprocess_image
+
+        config = self._config
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+        def preprocess_and_encode(data):
+            image = preprocess_image(data, config)
+            return image, encode_image(image, config)
+
+        self._preprocess = preprocess_and_encode
+        self._tf_error = tf.errors.OpError
+
+    def _process_row(self, row):
+        """Returns (serialized example, pixels) or raises ValueError with the reason."""
+        data = read_image_bytes(row.path, self._max_file_bytes)
+        try:
+            pixels, encoded = self._preprocess(data)
+        except self._tf_error as error:
+            raise ValueError(describe_decode_failure(data, error)) from None
+        size = self._config.image_size
+        example = make_example(encoded.numpy(), self._config.image_format, size, size,
+                               row.source, row.key, row.label)
+        return example.SerializeToString(), pixels.numpy()
+
+    def process(self, element):
+        (split, shard_index), rows = element
+        started = time.time()
+        num_shards = self._shard_counts[split]
+        name = csv_source.shard_name(split, shard_index, num_shards)
+        data_path, status_path = shard_paths(self._output_dir, name)
+        rows = sorted(rows, key=lambda row: row.index)  # Same file bytes whatever the shuffle did.
+
+        failed = []
+        written = 0
+        checksum = hashlib.sha256()
+        size = 0
+        temp_path = data_path + ".incomplete"
+        with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            for row in rows:
+                try:
+                    record, pixels = self._process_row(row)
+                except Exception as error:  # Any per-row failure is recorded, never raised.
+                    reason = str(error) if isinstance(error, ValueError) else f"unexpected {type(error).__name__}: {error}"
+                    failed.append({"source": row.source, "key": row.key, "line": row.line,
+                                   "split": row.split, "error": reason})
+                    continue
+                framed = frame_record(record)
+                out.write(framed)
+                checksum.update(framed)
+                size += len(framed)
+                written += 1
+                if split == self._stats_split:
+                    yield beam.pvalue.TaggedOutput(STATS_TAG, {
+                        features.RAW_IMAGE: pixels.astype("float32"),
+                        features.RAW_LABEL: row.label.encode("utf-8"),
+                    })
+        _replace(temp_path, data_path)
+        status = {
+            "name": name, "split": split, "index": shard_index, "num_shards": num_shards,
+            "file": f"{features.DATA_DIR}/{name}{features.SHARD_SUFFIX}",
+            "rows": len(rows), "records": written, "failed": failed,
+            "bytes": size, "sha256": checksum.hexdigest(),
+            "seconds": round(time.time() - started, 3), "worker_pid": os.getpid(),
+        }
+        _write_json_atomically(status_path, status)
+        yield status
+
+
+def _replace(source, destination):
+    if FileSystems.exists(destination):
+        FileSystems.delete([destination])
+    FileSystems.rename([source], [destination])
+
+
+def _write_json_atomically(path, value):
+    temp_path = path + ".incomplete"
+    with FileSystems.create(temp_path, mime_type="application/json",
+                            compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8"))
+    _replace(temp_path, path)

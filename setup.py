@@ -1,0 +1,36 @@
+"""beam-image-pipeline: CSV of images -> sharded TFRecords + TFT statistics, and the same preprocessing for serving."""
+
+import setuptools
+
+setuptools.setup(
+    name="beam-image-pipeline",
+    version="0.1.0",
+    description=("Apache Beam job that turns a CSV of image paths into training-ready TFRecords with "
+                 "tensorflow-transform statistics, plus the tf.data reader and serving signature that "
+                 "apply the same preprocessing."),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.11,<3.12",
+    # Every package Beam workers need: a missing one only shows up on a cluster.
+    packages=setuptools.find_packages(include=["beam_pipeline", "beam_pipeline.*",
+                                               "tf_serving_input", "tf_serving_input.*"]),
+    install_requires=[
+        "tensorflow-transform==1.21.*",
+        "tensorflow==2.21.*",
+        "apache-beam[gcp]==2.77.*",
+        "pyarrow>=14",
+        "google-crc32c>=1.5",
+        "pillow>=10.1",
+        "numpy",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6"],
+    },
+    entry_points={
+        "console_scripts": [
+            "beam-image-pipeline=beam_pipeline.main:main",
+            "beam-image-pipeline-inspect=beam_pipeline.inspect:main",
+        ],
+    },
+)

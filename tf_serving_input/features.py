@@ -1,0 +1,92 @@
+"""Names and settings shared by the Beam job, the reader and the serving signature.
+
+Everything that both writes and reads the output contract lives here, so the two
+sides cannot disagree about a feature key or a default.
+"""
+
+import dataclasses
+import json
+
+# tf.train.Example keys written by the Beam job (tensorflow/models naming).
+IMAGE_ENCODED = "image/encoded"
+IMAGE_FORMAT = "image/format"
+IMAGE_HEIGHT = "image/height"
+IMAGE_WIDTH = "image/width"
+IMAGE_CHANNELS = "image/channels"
+IMAGE_SOURCE = "image/source"
+IMAGE_KEY = "image/key"
+LABEL_TEXT = "label/text"
+
+# Raw and transformed feature names of the tensorflow-transform graph.
+RAW_IMAGE = "image"
+RAW_LABEL = "label"
+TRANSFORMED_IMAGE = "image"
+TRANSFORMED_LABEL = "label"
+TRANSFORMED_PIXEL_MEAN = "pixel_mean"
+TRANSFORMED_PIXEL_STD = "pixel_std"
+LABEL_VOCABULARY = "label"
+
+# Label id for rows that are unlabeled or whose label is not in the vocabulary.
+UNKNOWN_LABEL_ID = -1
+
+RESIZE_MODES = ("center_crop", "pad", "stretch")
+IMAGE_FORMATS = ("jpeg", "png")
+
+# Output folder layout (see README "Output contract").
+DATA_DIR = "data"
+SHARD_STATUS_DIR = "shards"
+MANIFEST_FILE = "manifest.json"
+ERRORS_FILE = "errors.jsonl"
+SHARD_SUFFIX = ".tfrecord"
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessConfig:
+    """How a raw image becomes the stored, model-sized image.
+
+    Attributes:
+      image_size: side of the square output image, in pixels.
+      resize_mode: 'center_crop' (shorter side to image_size, then center crop),
+        'pad' (longer side to image_size, then pad with black) or 'stretch'.
+      image_format: storage encoding of the preprocessed image, 'jpeg' or 'png'.
+      jpeg_quality: JPEG quality used when image_format is 'jpeg'.
+      max_pixels: images whose header claims more pixels are refused undecoded.
+    """
+
+    image_size: int = 224
+    resize_mode: str = "center_crop"
+    image_format: str = "jpeg"
+    jpeg_quality: int = 95
+    max_pixels: int = 100_000_000
+
+    def __post_init__(self):
+        if self.image_size < 1:
+            raise ValueError(f"image_size must be >= 1, got {self.image_size}")
+        if self.resize_mode not in RESIZE_MODES:
+            raise ValueError(f"resize_mode must be one of {RESIZE_MODES}, got {self.resize_mode!r}")
+        if self.image_format not in IMAGE_FORMATS:
+            raise ValueError(f"image_format must be one of {IMAGE_FORMATS}, got {self.image_format!r}")
+        if not 1 <= self.jpeg_quality <= 100:
+            raise ValueError(f"jpeg_quality must be in 1..100, got {self.jpeg_quality}")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
+
+    def to_dict(self):
+        """Returns the settings as a JSON-serializable dict."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """Builds a config from `to_dict()` output, ignoring unknown keys."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def load_preprocess_config(output_dir):
+    """Reads the PreprocessConfig a Beam job recorded in `output_dir/manifest.json`."""
+    import tensorflow as tf  # Deferred: keeps this module importable without TF.
+
+    path = f"{output_dir.rstrip('/')}/{MANIFEST_FILE}"
+    with tf.io.gfile.GFile(path, "r") as f:
+        manifest = json.load(f)
+    return PreprocessConfig.from_dict(manifest["config"]["preprocess"])

@@ -1,0 +1,71 @@
+"""The one normalization of the project: a tensorflow-transform preprocessing_fn.
+
+The Beam job analyzes the `train` split with it (per-channel mean and
+standard deviation of the preprocessed pixels, the label vocabulary) and saves
+the resulting graph; the reader applies that saved graph to whole batches and
+the serving signature to each request. Nobody types the statistics twice.
+"""
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from tf_serving_input import features
+
+
+def raw_feature_spec(image_size):
+    """The raw features the transform graph takes: float pixels in [0, 255] and the label text."""
+    return {
+        features.RAW_IMAGE: tf.io.FixedLenFeature([image_size, image_size, 3], tf.float32),
+        features.RAW_LABEL: tf.io.FixedLenFeature([], tf.string),
+    }
+
+
+def preprocessing_fn(inputs):
+    """Normalizes images per channel and maps labels to ids, with full-pass statistics.
+
+    Outputs: 'image' ((pixels - mean) / std, float32 [B, S, S, 3]), 'label'
+    (int64 id in the vocabulary, UNKNOWN_LABEL_ID for '' or unseen labels) and
+    the statistics themselves as 'pixel_mean' and 'pixel_std' ([B, 3]), so any
+    caller can read them back from the saved graph.
+    """
+    image = inputs[features.RAW_IMAGE]
+    # Analyzers reduce over the first dimension: make it "every pixel of every image".
+    pixels = tf.reshape(image, [-1, 3])
+    mean = tft.mean(pixels, reduce_instance_dims=False)
+    variance = tft.var(pixels, reduce_instance_dims=False)
+    std = tf.sqrt(variance)
+    # A constant channel has no spread to divide by: leave it centred but unscaled.
+    std = tf.where(std > 0.0, std, tf.ones_like(std))
+    normalized = (image - mean) / std
+
+    label = inputs[features.RAW_LABEL]
+    # Unlabeled rows (label '') weigh nothing, so '' never enters the vocabulary.
+    has_label = tf.cast(tf.strings.length(label) > 0, tf.float32)
+    label_id = tft.compute_and_apply_vocabulary(
+        label, default_value=features.UNKNOWN_LABEL_ID, weights=has_label,
+        vocab_filename=features.LABEL_VOCABULARY)
+
+    batch = tf.shape(image)[0]
+    return {
+        features.TRANSFORMED_IMAGE: normalized,
+        features.TRANSFORMED_LABEL: label_id,
+        features.TRANSFORMED_PIXEL_MEAN: tf.broadcast_to(mean, [batch, 3]),
+        features.TRANSFORMED_PIXEL_STD: tf.broadcast_to(std, [batch, 3]),
+    }
+
+
+def read_statistics(output_dir, image_size):
+    """Returns (mean, std, vocabulary) as the saved transform graph holds them.
+
+    mean and std are lists of 3 floats (RGB); vocabulary is the list of label
+    strings in id order.
+    """
+    transform_output = tft.TFTransformOutput(output_dir)
+    probe = {features.RAW_IMAGE: tf.zeros([1, image_size, image_size, 3], tf.float32),
+             features.RAW_LABEL: tf.constant([""])}
+    outputs = transform_output.transform_raw_features(probe)
+    mean = outputs[features.TRANSFORMED_PIXEL_MEAN][0].numpy().tolist()
+    std = outputs[features.TRANSFORMED_PIXEL_STD][0].numpy().tolist()
+    vocabulary = [v.decode("utf-8") if isinstance(v, bytes) else v
+                  for v in transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    return mean, std, vocabulary

@@ -1,0 +1,295 @@
+"""The only image decode / orient / resize / encode code of the project, in TensorFlow ops.
+
+The Beam job, the training reader and the serving signature all call these
+functions, so an image is turned into model input the same way everywhere.
+Every function works eagerly, inside `tf.data` and inside a `tf.function`
+(the tests check all three), and none of them uses Python per pixel.
+
+Failures raise `tf.errors.InvalidArgumentError`; the checks this module makes
+itself carry a readable reason ("not an image", "image too large: 60000x60000")
+that callers can show to users as is (see `error_reason`).
+"""
+
+import re
+
+import tensorflow as tf
+
+from tf_serving_input.features import PreprocessConfig
+
+# Index of each container format in the tf.switch_case branches below.
+_JPEG, _PNG, _GIF, _BMP, _WEBP = range(5)
+FORMAT_NAMES = ("jpeg", "png", "gif", "bmp", "webp")
+
+_EXIF_ORIENTATION_TAG = 0x0112
+# EXIF (APP1) must sit within the first 64 KiB: a JPEG segment is at most that long.
+_EXIF_SEARCH_BYTES = 65536
+
+
+# Every header field this module reads lies within the first 32 bytes.
+_HEADER_BYTES = 32
+
+
+def _header(data):
+    """The first bytes of `data`, zero-padded to a fixed length so reads never run off the end."""
+    return tf.strings.join([tf.strings.substr(data, 0, _HEADER_BYTES), b"\0" * _HEADER_BYTES])
+
+
+def _bytes_at(header, offset, length):
+    """Returns `length` bytes of a padded `_header` from `offset` as an int64 vector."""
+    raw = tf.io.decode_raw(tf.strings.substr(header, offset, length), tf.uint8)
+    return tf.reshape(tf.cast(raw, tf.int64), [length])
+
+
+def _little_endian(raw):
+    weights = tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64)[: raw.shape[0]]
+    return tf.reduce_sum(raw * weights)
+
+
+def _big_endian(raw):
+    return _little_endian(tf.reverse(raw, [0]))
+
+
+def sniff_format(data):
+    """Returns the container format of encoded image bytes as an int32 index.
+
+    The format comes from the magic bytes, never from a file name: 0 jpeg,
+    1 png, 2 gif, 3 bmp, 4 webp, -1 anything else.
+    """
+    data = _header(tf.convert_to_tensor(data, tf.string))
+    head4 = tf.strings.substr(data, 0, 4)
+    is_jpeg = tf.equal(tf.strings.substr(data, 0, 3), b"\xff\xd8\xff")
+    is_png = tf.equal(tf.strings.substr(data, 0, 8), b"\x89PNG\r\n\x1a\n")
+    is_gif = tf.logical_or(tf.equal(tf.strings.substr(data, 0, 6), b"GIF87a"),
+                           tf.equal(tf.strings.substr(data, 0, 6), b"GIF89a"))
+    is_bmp = tf.equal(tf.strings.substr(data, 0, 2), b"BM")
+    is_webp = tf.logical_and(tf.equal(head4, b"RIFF"),
+                             tf.equal(tf.strings.substr(data, 8, 4), b"WEBP"))
+    flags = tf.stack([is_jpeg, is_png, is_gif, is_bmp, is_webp])
+    return tf.where(tf.reduce_any(flags),
+                    tf.cast(tf.argmax(tf.cast(flags, tf.int32)), tf.int32),
+                    tf.constant(-1, tf.int32))
+
+
+def _webp_dimensions(data):
+    chunk = tf.strings.substr(data, 12, 4)
+    lossy = _bytes_at(data, 26, 4)  # 'VP8 ': 14-bit width, 14-bit height.
+    mask = tf.constant(0x3FFF, tf.int64)
+    lossy_hw = tf.stack([tf.bitwise.bitwise_and(_little_endian(lossy[2:4]), mask),
+                         tf.bitwise.bitwise_and(_little_endian(lossy[0:2]), mask)])
+    bits = _little_endian(_bytes_at(data, 21, 4))  # 'VP8L': packed 14-bit (w-1), (h-1).
+    shifted = tf.bitwise.right_shift(bits, tf.constant(14, tf.int64))
+    lossless_hw = tf.stack([tf.bitwise.bitwise_and(shifted, mask) + 1, tf.bitwise.bitwise_and(bits, mask) + 1])
+    extended = _bytes_at(data, 24, 6)  # 'VP8X': 24-bit (w-1), (h-1).
+    extended_hw = tf.stack([_little_endian(extended[3:6]) + 1, _little_endian(extended[0:3]) + 1])
+    return tf.where(tf.equal(chunk, b"VP8L"), lossless_hw,
+                    tf.where(tf.equal(chunk, b"VP8X"), extended_hw, lossy_hw))
+
+
+def header_dimensions(data, image_format):
+    """Returns [height, width] (int64) read from the image header, without decoding pixels."""
+    full = tf.convert_to_tensor(data, tf.string)
+    data = _header(full)
+
+    def jpeg():
+        return tf.cast(tf.image.extract_jpeg_shape(full)[:2], tf.int64)
+
+    def png():
+        return tf.stack([_big_endian(_bytes_at(data, 20, 4)), _big_endian(_bytes_at(data, 16, 4))])
+
+    def gif():
+        return tf.stack([_little_endian(_bytes_at(data, 8, 2)), _little_endian(_bytes_at(data, 6, 2))])
+
+    def bmp():
+        raw = _bytes_at(data, 18, 8)
+        width, height = _little_endian(raw[0:4]), _little_endian(raw[4:8])
+        # Heights are signed: negative means a top-down bitmap.
+        height = tf.where(height >= 1 << 31, (1 << 32) - height, height)
+        return tf.stack([height, width])
+
+    def webp():
+        return _webp_dimensions(data)
+
+    return tf.switch_case(image_format, [jpeg, png, gif, bmp, webp])
+
+
+def exif_orientation(data):
+    """Returns the EXIF orientation (1..8) of JPEG bytes; 1 when absent or unreadable."""
+    data = tf.convert_to_tensor(data, tf.string)
+    head = tf.strings.substr(data, 0, _EXIF_SEARCH_BYTES)
+    parts = tf.strings.split(head, sep=b"Exif\x00\x00", maxsplit=1)
+    found = tf.equal(tf.size(parts), 2)
+    prefix = parts[0]
+    # The identifier must open an APP1 segment: FF E1, then a 2-byte length.
+    marker = tf.strings.substr(prefix, tf.maximum(tf.strings.length(prefix) - 4, 0), 2)
+    found = tf.logical_and(found, tf.equal(marker, b"\xff\xe1"))
+    tiff = tf.where(found, parts[-1], b"")
+
+    raw = tf.cast(tf.io.decode_raw(tf.strings.substr(tiff, 0, _EXIF_SEARCH_BYTES), tf.uint8), tf.int64)
+    size = tf.size(raw, out_type=tf.int64)
+    raw = tf.concat([raw, tf.zeros([16], tf.int64)], 0)  # Keeps every gather below in range.
+    little = tf.equal(tf.strings.substr(tiff, 0, 2), b"II")
+
+    def read(offsets, length):
+        window = tf.gather(raw, offsets[..., None] + tf.range(length, dtype=tf.int64))
+        weights = tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64)[:length]
+        return tf.where(little, tf.reduce_sum(window * weights, -1),
+                        tf.reduce_sum(window * tf.reverse(weights, [0]), -1))
+
+    ifd = tf.clip_by_value(read(tf.constant(4, tf.int64), 4), 0, size)
+    count = tf.minimum(read(ifd, 2), tf.maximum((size - ifd - 2) // 12, 0))
+    entries = ifd + 2 + 12 * tf.range(count)
+    tags = read(entries, 2)
+    values = read(entries + 8, 2)
+    matches = tf.equal(tags, _EXIF_ORIENTATION_TAG)
+    orientation = tf.where(tf.reduce_any(matches),
+                           tf.reduce_max(tf.where(matches, values, 0)),
+                           tf.constant(1, tf.int64))
+    valid = tf.logical_and(orientation >= 1, orientation <= 8)
+    return tf.cast(tf.where(valid, orientation, 1), tf.int32)
+
+
+def apply_orientation(image, orientation):
+    """Turns an [H, W, C] image stored with EXIF `orientation` (1..8) upright."""
+    def transpose(x):
+        return tf.transpose(x, [1, 0, 2])
+
+    branches = [
+        lambda: image,                                  # 1: upright
+        lambda: tf.reverse(image, [1]),                 # 2: mirrored
+        lambda: tf.reverse(image, [0, 1]),              # 3: rotated 180
+        lambda: tf.reverse(image, [0]),                 # 4: flipped
+        lambda: transpose(image),                       # 5: transposed
+        lambda: tf.reverse(transpose(image), [1]),      # 6: needs 90 degrees clockwise
+        lambda: tf.reverse(transpose(image), [0, 1]),   # 7: transversed
+        lambda: tf.reverse(transpose(image), [0]),      # 8: needs 90 degrees counter-clockwise
+    ]
+    return tf.switch_case(tf.clip_by_value(orientation, 1, 8) - 1, branches)
+
+
+def to_rgb(image):
+    """Converts uint8 [H, W, 1|2|3|4] to [H, W, 3]; alpha is composited over white."""
+    channels = tf.shape(image)[-1]
+    has_alpha = tf.equal(channels % 2, 0)
+    color_channels = channels - tf.cast(has_alpha, tf.int32)
+    color = tf.gather(image, tf.minimum(tf.range(3), color_channels - 1), axis=-1)
+
+    def composite():
+        alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
+        blended = tf.cast(color, tf.float32) * alpha + 255.0 * (1.0 - alpha)
+        return tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8)
+
+    return tf.cond(has_alpha, composite, lambda: color)
+
+
+def decode_image(data, max_pixels=PreprocessConfig.max_pixels):
+    """Decodes JPEG/PNG/GIF/BMP/WebP bytes into an upright RGB uint8 [H, W, 3] tensor.
+
+    The format is detected from the content. The header's size is checked
+    against `max_pixels` before any pixel is decoded. JPEGs of any colour space
+    (grayscale, CMYK) become RGB and follow their EXIF orientation; 16-bit PNGs
+    are scaled to 8 bits; palettes are expanded; alpha is composited over
+    white; an animated GIF gives its first frame.
+    """
+    data = tf.convert_to_tensor(data, tf.string)
+    image_format = sniff_format(data)
+    checks = [tf.debugging.Assert(image_format >= 0, ["not an image (unknown file format)"])]
+    with tf.control_dependencies(checks):
+        height_width = header_dimensions(data, tf.maximum(image_format, 0))
+    pixels = height_width[0] * height_width[1]
+    too_large = tf.strings.format("image too large: {}x{} (more than max_pixels={})",
+                                  (height_width[1], height_width[0], max_pixels))
+    checks = [
+        tf.debugging.Assert(pixels > 0, ["invalid image header (zero size)"]),
+        tf.debugging.Assert(pixels <= max_pixels, [too_large], summarize=1),
+    ]
+    with tf.control_dependencies(checks):
+        data = tf.identity(data)
+
+    def jpeg():
+        image = tf.io.decode_jpeg(data, channels=3)
+        return apply_orientation(image, exif_orientation(data))
+
+    def gif():
+        return tf.io.decode_gif(data)[0]
+
+    def other():
+        image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False)
+        image.set_shape([None, None, None])
+        return to_rgb(image)
+
+    image = tf.switch_case(image_format, [jpeg, other, gif, other, other])
+    image.set_shape([None, None, 3])
+    return image
+
+
+def _resize(image, height, width):
+    """Antialiased bilinear resize of uint8 [H, W, 3] to [height, width, 3] uint8."""
+    resized = tf.image.resize(image, tf.stack([height, width]), method="bilinear", antialias=True)
+    return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+
+
+def resize_image(image, image_size, resize_mode="center_crop"):
+    """Resizes an RGB uint8 [H, W, 3] image to [image_size, image_size, 3].
+
+    Modes: 'center_crop' takes the central square and scales it (the same as
+    scaling the shorter side to image_size, then cropping the center), 'pad'
+    scales the longer side to image_size and pads with black, 'stretch'
+    scales each side independently.
+    """
+    shape = tf.shape(image)
+    height, width = shape[0], shape[1]
+    if resize_mode == "center_crop":
+        side = tf.minimum(height, width)
+        square = tf.image.crop_to_bounding_box(image, (height - side) // 2, (width - side) // 2, side, side)
+        result = _resize(square, image_size, image_size)
+    elif resize_mode == "stretch":
+        result = _resize(image, image_size, image_size)
+    elif resize_mode == "pad":
+        longer = tf.cast(tf.maximum(height, width), tf.float64)
+        scale = tf.cast(image_size, tf.float64) / longer
+        new_height = tf.maximum(1, tf.cast(tf.round(tf.cast(height, tf.float64) * scale), tf.int32))
+        new_width = tf.maximum(1, tf.cast(tf.round(tf.cast(width, tf.float64) * scale), tf.int32))
+        scaled = _resize(image, new_height, new_width)
+        result = tf.image.pad_to_bounding_box(scaled, (image_size - new_height) // 2,
+                                              (image_size - new_width) // 2, image_size, image_size)
+    else:
+        raise ValueError(f"unknown resize_mode {resize_mode!r}")
+    result.set_shape([image_size, image_size, 3])
+    return result
+
+
+def preprocess_image(data, config=PreprocessConfig()):
+    """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees."""
+    image = decode_image(data, max_pixels=config.max_pixels)
+    return resize_image(image, config.image_size, config.resize_mode)
+
+
+def encode_image(image, config=PreprocessConfig()):
+    """Encodes a preprocessed uint8 image in the configured storage format."""
+    if config.image_format == "jpeg":
+        return tf.io.encode_jpeg(image, quality=config.jpeg_quality)
+    return tf.io.encode_png(image)
+
+
+def decode_stored_image(encoded, image_size):
+    """Decodes an image the Beam job stored (JPEG or PNG) into uint8 [S, S, 3]."""
+    image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8, expand_animations=False)
+    image.set_shape([image_size, image_size, 3])
+    return image
+
+
+# Graph mode reports a failed tf.debugging.Assert as "assertion failed: [reason]",
+# eager mode as "... Summarized data: b'reason'".
+_ASSERTION = re.compile(r"assertion failed: \[(.*?)\]|Summarized data: b['\"](.*?)['\"]\s*$", re.S)
+
+
+def error_reason(error):
+    """Returns the readable reason carried by an error from `decode_image`, else its first line."""
+    message = getattr(error, "message", None) or str(error)
+    match = _ASSERTION.search(message)
+    if match:
+        return match.group(1) or match.group(2)
+    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
+    message = re.sub(r"\s*\[\[\{\{node .*", "", message, flags=re.S)
+    message = re.sub(r"\s*\[Op:\w+\].*", "", message, flags=re.S)
+    return message.strip().splitlines()[0] if message.strip() else type(error).__name__
