@@ -1,0 +1,112 @@
+"""Shows what a job wrote: `python -m beam_pipeline.inspect DIR [--contact_sheet sheet.png]`.
+
+Prints the manifest summary and the statistics, and renders a grid of decoded
+sample images with their labels, so a user can see the data, not just counts.
+Reads the output through TensorFlow only (no Beam pipeline is run).
+"""
+
+import argparse
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from tf_serving_input import features  # noqa: E402
+
+
+def load_manifest(output_dir):
+    """The job's manifest.json as a dict; raises FileNotFoundError with a hint when absent."""
+    import tensorflow as tf
+
+    path = os.path.join(output_dir, features.MANIFEST_FILE)
+    if not tf.io.gfile.exists(path):
+        raise FileNotFoundError(f"{path} not found: is {output_dir} the --output_dir of a finished run?")
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.load(f)
+
+
+def sample_records(output_dir, manifest, count, split=None):
+    """Up to `count` (image uint8 [S, S, 3], label, source) from the job's shards, in shard order."""
+    import tensorflow as tf
+
+    from tf_serving_input.preprocessing import decode_stored_image
+
+    size = manifest["config"]["preprocess"]["image_size"]
+    files = [os.path.join(output_dir, shard["file"]) for shard in manifest["shards"]
+             if shard["records"] and (split is None or shard["split"] == split)]
+    spec = {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+            features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
+            features.IMAGE_SOURCE: tf.io.FixedLenFeature([], tf.string)}
+    samples = []
+    for record in tf.data.TFRecordDataset(files).take(count):
+        parsed = tf.io.parse_single_example(record, spec)
+        samples.append((decode_stored_image(parsed[features.IMAGE_ENCODED], size).numpy(),
+                        parsed[features.LABEL_TEXT].numpy().decode("utf-8"),
+                        parsed[features.IMAGE_SOURCE].numpy().decode("utf-8")))
+    return samples
+
+
+def render_contact_sheet(samples, path, columns=8):
+    """Writes a PNG grid of the sample images, each captioned with its label."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    if not samples:
+        raise ValueError("no images to render: the output has no written records")
+    size = samples[0][0].shape[0]
+    caption = 14
+    rows = (len(samples) + columns - 1) // columns
+    sheet = Image.new("RGB", (columns * (size + 4), rows * (size + caption + 4)), "white")
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default()
+    for i, (image, label, _) in enumerate(samples):
+        x = (i % columns) * (size + 4) + 2
+        y = (i // columns) * (size + caption + 4) + 2
+        sheet.paste(Image.fromarray(image), (x, y))
+        draw.text((x, y + size + 1), label or "(unlabeled)", fill="black", font=font)
+    sheet.save(path)
+
+
+def format_report(manifest):
+    """The manifest summary and statistics as text."""
+    stats = manifest["statistics"]
+    lines = [
+        f"rows {manifest['rows']}, written {manifest['written']}, failed {manifest['failed']}",
+        "splits: " + ", ".join(f"{split} {c['written']} written / {c['failed']} failed in {c['shards']} shards"
+                               for split, c in manifest["splits"].items()),
+        f"pixel mean (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_mean'])}",
+        f"pixel std  (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_std'])}",
+        f"labels ({len(stats['label_vocabulary'])}): {', '.join(stats['label_vocabulary'])}",
+        f"config: {json.dumps(manifest['config']['preprocess'])}",
+        f"wall time {manifest['wall_seconds']} s, {manifest['images_per_second']} images/s, "
+        f"runner {manifest['runner']}",
+    ]
+    for reason, count in manifest["failed_by_reason"].items():
+        lines.append(f"failed: {reason}: {count}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    """Console-script entry point."""
+    parser = argparse.ArgumentParser(prog="python -m beam_pipeline.inspect", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", help="The --output_dir of a finished job.")
+    parser.add_argument("--contact_sheet", help="Write a PNG grid of sample images with their labels here.")
+    parser.add_argument("--samples", type=int, default=32, help="How many images the contact sheet shows.")
+    parser.add_argument("--split", default=None, help="Only sample this split (default: all).")
+    args = parser.parse_args(argv)
+    try:
+        manifest = load_manifest(args.output_dir)
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(format_report(manifest))
+    if args.contact_sheet:
+        samples = sample_records(args.output_dir, manifest, args.samples, args.split)
+        render_contact_sheet(samples, args.contact_sheet)
+        print(f"contact sheet: {args.contact_sheet} ({len(samples)} images)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets up .venv if needed, runs the Beam job on the bundled sample dataset into
+# output/sample and shows what it wrote (summary + contact sheet).
+set -euo pipefail
+source "$(dirname "$0")/_venv.sh" ""
+CSV=sample_data/sample.csv
+OUT=output/sample
+if [ ! -f "$CSV" ]; then
+  echo "error: $CSV is missing; regenerate it with: pip install scikit-image && python scripts/make_sample_data.py" >&2
+  exit 2
+fi
+echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
+.venv/bin/python -m beam_pipeline --input_csv "$CSV" --output_dir "$OUT" --overwrite "$@"
+.venv/bin/python -m beam_pipeline.inspect "$OUT" --contact_sheet "$OUT/contact_sheet.png"
