@@ -68,4 +68,8 @@ def read_statistics(output_dir, image_size):
     std = outputs[features.TRANSFORMED_PIXEL_STD][0].numpy().tolist()
     vocabulary = [v.decode("utf-8") if isinstance(v, bytes) else v
                   for v in transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    # TFT stores a placeholder token when nothing was labeled (tables cannot be empty).
+    empty_placeholder = tft.analyzers.get_empy_vocabulary_dummy_value(tf.string)[1].decode()
+    if vocabulary == [empty_placeholder]:
+        vocabulary = []
     return mean, std, vocabulary

@@ -289,7 +289,11 @@ def error_reason(error):
     match = _ASSERTION.search(message)
     if match:
         return match.group(1) or match.group(2)
+    # Graph-mode errors wrap the op's message in a traceback of where the node was defined.
+    message = re.sub(r"Graph execution error:\s*", "", message)
+    message = re.sub(r"Detected at node .*?\(most recent call last\):\n(?:[ \t]+.*\n|\n)*", "", message)
     message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
     message = re.sub(r"\s*\[\[\{\{node .*", "", message, flags=re.S)
-    message = re.sub(r"\s*\[Op:\w+\].*", "", message, flags=re.S)
-    return message.strip().splitlines()[0] if message.strip() else type(error).__name__
+    message = re.sub(r"\s*\[Op:[^\]]*\].*", "", message, flags=re.S)
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

@@ -1,0 +1,180 @@
+"""End-to-end: the real command line, default runner, on good and bad files; the output contract."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+
+import imaging
+from tf_serving_input import features
+from tf_serving_input.preprocessing import decode_stored_image
+
+SIZE = 32
+BAD = {
+    "missing.jpg": "file not found",
+    "empty.jpg": "empty file (0 bytes)",
+    "truncated.jpg": "truncated JPEG",
+    "notes.jpg": "not an image (unknown file format)",
+    "bomb.png": "image too large: 60000x60000 (more than max_pixels=100000000)",
+}
+
+
+def run_cli(*args, module="beam_pipeline"):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def make_mixed_dataset(folder, good_count=24):
+    """good_count good images in 3 classes (train and validation) plus one file of each bad kind."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(good_count):
+        label = "abc"[i % 3]
+        image = imaging.quadrants(rng.integers(40, 90), rng.integers(40, 90))
+        image[..., "abc".index(label)] = 255
+        fmt, ext = [("JPEG", "jpg"), ("PNG", "png"), ("WEBP", "webp")][i % 3]
+        name = f"images/{label} {i}, v2.{ext}"  # Spaces and commas in paths.
+        (folder / "images").mkdir(exist_ok=True)
+        (folder / name).write_bytes(imaging.encode(image, fmt))
+        rows.append([name, label, "validation" if i % 4 == 0 else "train"])
+    good = imaging.encode(imaging.quadrants(), "JPEG", quality=90)
+    (folder / "empty.jpg").write_bytes(b"")
+    (folder / "truncated.jpg").write_bytes(good[: len(good) // 2])
+    (folder / "notes.jpg").write_text("shopping list: milk, eggs")
+    (folder / "bomb.png").write_bytes(imaging.png_claiming_size(60000, 60000))
+    rows += [[name, "a", "train"] for name in BAD]
+    imaging.write_csv(folder / "images.csv", ["path", "label", "split"], rows)
+    return folder / "images.csv", rows
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mixed")
+    csv_path, rows = make_mixed_dataset(folder)
+    out = folder / "out"
+    result = run_cli("--input_csv", str(csv_path), "--output_dir", str(out), "--image_size", str(SIZE),
+                     "--max_error_rate", "0.25")
+    return result, out, rows
+
+
+def read_examples(path):
+    for record in tf.data.TFRecordDataset(str(path)):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        yield {key: (feature[key].bytes_list.value or feature[key].int64_list.value)[0] for key in feature}
+
+
+def test_run_succeeds_under_the_error_rate_with_progress_and_summary(finished_run):
+    result, _, _ = finished_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "progress: " in result.stdout and "shards" in result.stdout and "images/s" in result.stdout
+    assert "Summary" in result.stdout and "failed" in result.stdout
+
+
+def test_output_contract_and_row_accounting(finished_run):
+    result, out, rows = finished_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    assert manifest["rows"] == len(rows) == manifest["written"] + manifest["failed"]
+    assert manifest["failed"] == len(BAD)
+    assert {"splits", "shards", "config", "statistics", "wall_seconds", "versions"} <= set(manifest)
+    assert manifest["versions"]["tensorflow-transform"].startswith("1.21")
+    assert set(manifest["splits"]) == {"train", "validation"}
+
+    errors = [json.loads(line) for line in (out / features.ERRORS_FILE).read_text().splitlines()]
+    assert {e["source"]: e["error"] for e in errors} == BAD
+    assert all(e["key"] for e in errors)
+
+    seen = {}
+    for shard in manifest["shards"]:
+        name = os.path.basename(shard["file"])
+        split, rest = name.split("-", 1)
+        assert rest.endswith(".tfrecord") and "-of-" in rest
+        examples = list(read_examples(out / shard["file"]))
+        assert len(examples) == shard["records"]
+        for example in examples:
+            assert example[features.IMAGE_FORMAT] == b"jpeg"
+            assert (example[features.IMAGE_HEIGHT], example[features.IMAGE_WIDTH],
+                    example[features.IMAGE_CHANNELS]) == (SIZE, SIZE, 3)
+            image = decode_stored_image(example[features.IMAGE_ENCODED], SIZE).numpy()
+            assert image.shape == (SIZE, SIZE, 3)
+            seen[example[features.IMAGE_SOURCE].decode()] = (example[features.LABEL_TEXT].decode(), split,
+                                                            example[features.IMAGE_KEY].decode())
+    good = {name: (label, split) for name, label, split in rows if name not in BAD}
+    assert {name: value[:2] for name, value in seen.items()} == good
+    assert len({value[2] for value in seen.values()}) == len(good)  # Keys are unique.
+    assert not list(out.glob("data/*.incomplete")) and not (out / ".tmp").exists()
+
+
+def test_transform_output_loads_and_holds_the_statistics(finished_run):
+    _, out, _ = finished_run
+    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    transform_output = tft.TFTransformOutput(str(out))
+    assert set(transform_output.raw_feature_spec()) == {features.RAW_IMAGE, features.RAW_LABEL}
+    assert sorted(transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)) == [b"a", b"b", b"c"]
+    stats = manifest["statistics"]
+    assert len(stats["pixel_mean"]) == 3 and all(0 < m < 255 for m in stats["pixel_mean"])
+    assert all(s > 1 for s in stats["pixel_std"])
+    # Normalizing a batch of the pixel mean gives zeros.
+    mean_image = tf.broadcast_to(tf.constant(stats["pixel_mean"], tf.float32), [1, SIZE, SIZE, 3])
+    outputs = transform_output.transform_raw_features({features.RAW_IMAGE: mean_image,
+                                                       features.RAW_LABEL: tf.constant(["b"])})
+    np.testing.assert_allclose(outputs[features.TRANSFORMED_IMAGE].numpy(), 0.0, atol=1e-4)
+
+
+def test_inspect_prints_statistics_and_renders_a_contact_sheet(finished_run, tmp_path):
+    _, out, _ = finished_run
+    sheet = tmp_path / "sheet.png"
+    result = run_cli(str(out), "--contact_sheet", str(sheet), module="beam_pipeline.inspect")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pixel mean" in result.stdout and "labels (3)" in result.stdout
+    image = tf.io.decode_png(sheet.read_bytes()).numpy()
+    assert image.shape[0] >= SIZE and image.shape[1] >= 8 * SIZE and image.std() > 10
+
+
+def test_second_run_into_the_same_folder_is_refused(finished_run):
+    result, out, _ = finished_run
+    again = run_cli("--input_csv", str(out.parent / "images.csv"), "--output_dir", str(out))
+    assert again.returncode == 2
+    assert "already holds output" in again.stderr and "--overwrite" in again.stderr
+
+
+def test_too_many_failures_exit_non_zero_after_writing_everything(tmp_path):
+    (tmp_path / "ok.png").write_bytes(imaging.encode(imaging.quadrants(), "PNG"))
+    imaging.write_csv(tmp_path / "in.csv", ["path"], [["ok.png"], ["gone.png"]])
+    out = tmp_path / "out"
+    result = run_cli("--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(out),
+                     "--image_size", "16", "--no_progress")
+    assert result.returncode == 1
+    assert "1 of 2 rows failed" in result.stderr and "file not found: 1" in result.stderr
+    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    assert (manifest["rows"], manifest["written"], manifest["failed"]) == (2, 1, 1)
+    assert manifest["statistics"]["label_vocabulary"] == []  # Unlabeled data is valid.
+    assert "gone.png" in (out / features.ERRORS_FILE).read_text()
+
+
+@pytest.mark.parametrize("content,message", [
+    ("file,label\na.jpg,x\n", "no 'path' column"),
+    ("path,label\n", "no data rows"),
+])
+def test_unusable_csv_is_refused_before_any_work(tmp_path, content, message):
+    (tmp_path / "in.csv").write_text(content)
+    result = run_cli("--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(tmp_path / "out"))
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_explains_every_flag_with_its_default():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for flag in ("--input_csv", "--output_dir", "--image_size", "--resize_mode", "--image_format",
+                 "--jpeg_quality", "--num_shards", "--path_column", "--label_column", "--split_column",
+                 "--max_error_rate", "--max_pixels", "--overwrite", "--runner"):
+        assert flag in result.stdout, flag
+    text = " ".join(result.stdout.split())  # argparse wraps lines.
+    assert "(default: 224)" in text and "(default: center_crop)" in text and "FnApiRunner" in text
