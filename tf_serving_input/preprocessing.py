@@ -267,7 +267,9 @@ def preprocess_image(data, config=PreprocessConfig()):
 def encode_image(image, config=PreprocessConfig()):
     """Encodes a preprocessed uint8 image in the configured storage format."""
     if config.image_format == "jpeg":
-        return tf.io.encode_jpeg(image, quality=config.jpeg_quality)
+        # Full-resolution chroma (4:4:4): ~25% more bytes than 4:2:0 at quality 95, but it
+        # halves the worst train/serve pixel difference on colour edges (see README).
+        return tf.io.encode_jpeg(image, quality=config.jpeg_quality, chroma_downsampling=False)
     return tf.io.encode_png(image)
 
 

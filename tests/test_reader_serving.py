@@ -1,0 +1,172 @@
+"""Reader, serving export, and train/serve parity: CSV -> Beam job -> TFRecords -> reader vs raw bytes -> SavedModel."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import imaging
+from tf_serving_input import export_serving_model, make_dataset
+from tf_serving_input import features
+from tf_serving_input.reader import shard_files
+
+SIZE = 24
+LABELS = ["cat", "dog", "cat", "bird", "dog", "cat", "bird", "cat", "dog", "cat"]
+# Allowed (largest, mean) |reader - serving| difference in normalized units (pixel / std) per storage
+# format. PNG storage is lossless: only float rounding differs. JPEG storage (quality 95, 4:4:4)
+# loses a little; measured here: see the closing note of the reader issue and the README.
+PARITY_TOLERANCE = {"png": (1e-5, 1e-6), "jpeg": (0.5, 0.05)}
+
+
+def build_dataset(folder, sample_photos):
+    rng = np.random.default_rng(11)
+    rows = []
+    for i, label in enumerate(LABELS):
+        height, width = rng.integers(30, 60, size=2)
+        image = imaging.quadrants(height, width).astype(np.int32)
+        image += np.linspace(0, 30, width, dtype=np.int32)[None, :, None]  # A gradient, like light.
+        image += rng.integers(-8, 9, size=image.shape)  # Sensor-like noise.
+        image = np.clip(image, 0, 255).astype(np.uint8)
+        name = f"img{i}.png" if i % 2 else f"img{i}.jpg"
+        data = imaging.encode(image, "PNG") if i % 2 else imaging.exif_jpeg(image, 1 + i % 8, quality=92)
+        (folder / name).write_bytes(data)
+        rows.append([name, label, "validation" if i == 0 else "train"])
+    for path, label in sample_photos:  # Real photos, one EXIF-rotated, one grayscale.
+        shutil.copy(path, folder / os.path.basename(path))
+        rows.append([os.path.basename(path), label, "train"])
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def job_outputs(tmp_path_factory, sample_photos):
+    """One Beam job run per storage format over the same CSV: {format: output_dir}, plus the folder."""
+    folder = tmp_path_factory.mktemp("parity")
+    rows = build_dataset(folder, sample_photos)
+    outputs = {}
+    for image_format in ("png", "jpeg"):
+        out = folder / f"out_{image_format}"
+        result = subprocess.run(
+            [sys.executable, "-m", "beam_pipeline", "--input_csv", str(folder / "in.csv"),
+             "--output_dir", str(out), "--image_size", str(SIZE), "--image_format", image_format,
+             "--num_shards", "3", "--no_progress", "--direct_num_workers", "1",
+             "--direct_running_mode", "in_memory"],
+            capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[image_format] = str(out)
+    return outputs, folder, rows
+
+
+def sources_in_file_order(output_dir, split):
+    sources = []
+    for path in shard_files(output_dir, split):
+        for record in tf.data.TFRecordDataset(path):
+            feature = tf.train.Example.FromString(record.numpy()).features.feature
+            sources.append(feature[features.IMAGE_SOURCE].bytes_list.value[0].decode())
+    return sources
+
+
+def test_reader_shapes_labels_and_normalization(job_outputs):
+    outputs, _, rows = job_outputs
+    dataset = make_dataset(outputs["png"], "train", batch_size=4, training=False)
+    images, labels = zip(*[(x.numpy(), y.numpy()) for x, y in dataset])
+    assert all(x.dtype == np.float32 and x.shape[1:] == (SIZE, SIZE, 3) for x in images)
+    assert all(y.dtype == np.int64 for y in labels)
+    pixels = np.concatenate(images).reshape(-1, 3)
+    # Lossless storage: the train split normalized by its own statistics is exactly standardized.
+    np.testing.assert_allclose(pixels.mean(axis=0), 0.0, atol=1e-4)
+    np.testing.assert_allclose(pixels.std(axis=0), 1.0, atol=1e-4)
+    vocabulary = tf.io.gfile.GFile(os.path.join(outputs["png"], "transform_fn", "assets", "label")).read().split()
+    expected = [vocabulary.index(label) for _, label, split in rows if split == "train"]
+    assert sorted(np.concatenate(labels).tolist()) == sorted(expected)
+
+
+def test_reader_is_deterministic_when_not_training_and_batches_when_training(job_outputs):
+    outputs, _, _ = job_outputs
+    first = [x.numpy() for x, _ in make_dataset(outputs["jpeg"], "train", batch_size=5, training=False)]
+    second = [x.numpy() for x, _ in make_dataset(outputs["jpeg"], "train", batch_size=5, training=False)]
+    assert len(first) == len(second) and all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert first[-1].shape[0] == 13 - 5 * 2  # The last partial batch is kept for evaluation.
+    training = make_dataset(outputs["jpeg"], "train", batch_size=5, training=True, repeat=True, seed=3)
+    for images, labels in training.take(4):
+        assert images.shape == (5, SIZE, SIZE, 3) and labels.shape == (5,)  # Full batches, augmented.
+        assert np.isfinite(images.numpy()).all()
+
+
+def test_reader_unknown_label_and_missing_split(job_outputs):
+    outputs, _, _ = job_outputs
+    _, labels = next(iter(make_dataset(outputs["png"], "validation", batch_size=1, training=False)))
+    assert labels.numpy().tolist() == [features.UNKNOWN_LABEL_ID] or labels.numpy()[0] >= 0
+    with pytest.raises(ValueError, match="no shards match"):
+        make_dataset(outputs["png"], "test", batch_size=1)
+
+
+def test_reader_in_a_distribution_strategy(job_outputs):
+    outputs, _, _ = job_outputs
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+
+    def dataset_fn(context):
+        batch = context.get_per_replica_batch_size(4)
+        return make_dataset(outputs["png"], "train", batch_size=batch, training=True, input_context=context)
+
+    distributed = strategy.distribute_datasets_from_function(dataset_fn)
+    images, labels = next(iter(distributed))
+    assert images.shape == (4, SIZE, SIZE, 3) and labels.shape == (4,)
+
+
+def classifier(num_classes):
+    return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.GlobalAveragePooling2D(),
+                             keras.layers.Dense(num_classes, activation="softmax")])
+
+
+def test_export_signatures_inputs_and_outputs(job_outputs, tmp_path):
+    outputs, folder, rows = job_outputs
+    labels = sorted({label for _, label, split in rows if split == "train"})
+    export_dir = export_serving_model(classifier(len(labels)), outputs["jpeg"], str(tmp_path / "export"))
+    loaded = tf.saved_model.load(export_dir)
+    assert set(loaded.signatures) == {"serving_default", "serving_examples"}
+    serve = loaded.signatures["serving_default"]
+    assert list(serve.structured_input_signature[1]) == ["image_bytes"]
+    result = serve(image_bytes=tf.constant([(folder / "img1.png").read_bytes(), (folder / "img2.jpg").read_bytes()]))
+    assert set(result) == {"scores", "class_ids", "classes"}
+    assert result["scores"].shape == (2, len(labels))
+    assert set(result["classes"].numpy().tolist()) <= {label.encode() for label in labels}
+
+    record = next(iter(tf.data.TFRecordDataset(shard_files(outputs["jpeg"], "train")[0])))
+    by_example = loaded.signatures["serving_examples"](examples=tf.reshape(record, [1]))
+    assert by_example["scores"].shape == (1, len(labels))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not an image"):
+        serve(image_bytes=tf.constant([b"this is not an image"]))
+
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--dir", export_dir, "--all"], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0 and "image_bytes" in shown.stdout and "serving_examples" in shown.stdout
+
+
+@pytest.mark.parametrize("image_format", ["png", "jpeg"])
+def test_train_serve_parity(job_outputs, tmp_path, image_format):
+    """The reader's tensor for each image equals what serving feeds the model from the original bytes."""
+    outputs, folder, _ = job_outputs
+    output_dir = outputs[image_format]
+    identity = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Identity()])
+    serve = tf.saved_model.load(export_serving_model(identity, output_dir, str(tmp_path / "id"))).signatures[
+        "serving_default"]
+
+    dataset = make_dataset(output_dir, "train", batch_size=64, training=False, cycle_length=1)
+    from_reader = np.concatenate([x.numpy() for x, _ in dataset])
+    sources = sources_in_file_order(output_dir, "train")
+    raw = tf.constant([(folder / source).read_bytes() for source in sources])
+    from_serving = serve(image_bytes=raw)["scores"].numpy()
+
+    assert from_reader.shape == from_serving.shape == (len(sources), SIZE, SIZE, 3)
+    difference = np.abs(from_reader - from_serving)
+    print(f"parity {image_format}: max |reader - serving| = {difference.max():.6f}, "
+          f"mean = {difference.mean():.6f} (normalized units)")
+    largest, mean = PARITY_TOLERANCE[image_format]
+    assert difference.max() <= largest and difference.mean() <= mean

@@ -1,0 +1,126 @@
+"""The training reader: a tf.data pipeline over the Beam job's shards, normalized per batch.
+
+    ds = make_dataset(output_dir, split="train", batch_size=64, training=True)  # (images, labels)
+
+Files are interleaved in parallel, records are parsed and decoded with
+parallel maps, and each *batch* is normalized in one vectorized call of the
+tensorflow-transform graph the job saved (so the statistics are never typed
+twice), then prefetched.
+"""
+
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from tf_serving_input import features
+from tf_serving_input.features import load_preprocess_config
+from tf_serving_input.preprocessing import decode_stored_image
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+_RECORD_SPEC = {
+    features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
+    features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string, default_value=""),
+}
+
+
+def shard_files(output_dir, split):
+    """The split's shard files, sorted; raises ValueError naming the folder when there are none."""
+    pattern = f"{output_dir.rstrip('/')}/{features.DATA_DIR}/{split}-*-of-*{features.SHARD_SUFFIX}"
+    files = sorted(tf.io.gfile.glob(pattern))
+    if not files:
+        raise ValueError(f"no shards match {pattern}: is {output_dir} the --output_dir of a finished "
+                         f"run, and does it have a '{split}' split?")
+    return files
+
+
+def augment_batch(images, seed=None, min_crop_area=0.8):
+    """Batch-wise training augmentation: a random horizontal flip and a random crop per image.
+
+    One vectorized op each over the whole batch: the crop boxes differ per image
+    and are resized back to the input size with `crop_and_resize`.
+    """
+    shape = tf.shape(images)
+    batch, size = shape[0], shape[1]
+
+    def uniform(shape, offset, low=0.0):
+        # Distinct op seeds: ops sharing one seed would draw the same numbers.
+        return tf.random.uniform(shape, low, 1.0, seed=None if seed is None else seed + offset)
+
+    flip = uniform([batch, 1, 1, 1], 0) < 0.5
+    images = tf.where(flip, tf.reverse(images, [2]), images)
+    side = tf.sqrt(uniform([batch], 1, low=min_crop_area))
+    top = uniform([batch], 2) * (1.0 - side)
+    left = uniform([batch], 3) * (1.0 - side)
+    boxes = tf.stack([top, left, top + side, left + side], axis=1)
+    return tf.image.crop_and_resize(images, boxes, tf.range(batch), tf.stack([size, size]))
+
+
+def make_dataset(output_dir, split="train", batch_size=64, training=True, *, repeat=False, cache=False,
+                 seed=None, drop_remainder=None, augment=None, deterministic=None, shuffle_buffer=2048,
+                 cycle_length=None, input_context=None, transform_output=None):
+    """Returns a tf.data.Dataset of (images float32 [B, S, S, 3], labels int64 [B]).
+
+    Args:
+      output_dir: the Beam job's --output_dir.
+      split: which split's shards to read.
+      batch_size: images per batch (per replica when `input_context` is given).
+      training: shuffle files and records, augment, drop the last partial batch.
+      repeat: repeat forever (after caching, before batching).
+      cache: cache decoded-but-unnormalized records in memory after the first pass.
+      seed: seed for shuffling and augmentation (reproducible order when set).
+      drop_remainder: drop the last partial batch; defaults to `training`.
+      augment: batch-wise random flip and crop; defaults to `training`.
+      deterministic: element order of the parallel interleave and maps; defaults
+        to `not training` (evaluation order is reproducible).
+      shuffle_buffer: records in the shuffle buffer when training.
+      cycle_length: files read at once (default: tf.data picks).
+      input_context: a `tf.distribute.InputContext`; each input pipeline then
+        reads its own subset of the files (`distribute_datasets_from_function`).
+      transform_output: a loaded `tft.TFTransformOutput` (loaded from output_dir if None).
+
+    Labels are ids in the job's label vocabulary; unlabeled or unknown labels
+    are `features.UNKNOWN_LABEL_ID` (-1).
+    """
+    config = load_preprocess_config(output_dir)
+    transform_output = transform_output or tft.TFTransformOutput(output_dir)
+    transform_layer = transform_output.transform_features_layer()
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    augment = training if augment is None else augment
+    deterministic = (not training) if deterministic is None else deterministic
+    options = tf.data.Options()
+    options.deterministic = deterministic
+
+    file_names = shard_files(output_dir, split)
+    files = tf.data.Dataset.from_tensor_slices(file_names)
+    if input_context is not None:
+        files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+    if training:
+        files = files.shuffle(len(file_names), seed=seed, reshuffle_each_iteration=True)
+    records = files.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+                               num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+    def parse_and_decode(record):
+        parsed = tf.io.parse_single_example(record, _RECORD_SPEC)
+        return decode_stored_image(parsed[features.IMAGE_ENCODED], config.image_size), parsed[features.LABEL_TEXT]
+
+    dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if cache:
+        dataset = dataset.cache()
+    if training:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
+                            deterministic=deterministic)
+
+    def normalize_batch(images, label_text):
+        # One call of the saved TFT graph for the whole batch: statistics and vocabulary included.
+        transformed = transform_layer({features.RAW_IMAGE: tf.cast(images, tf.float32),
+                                       features.RAW_LABEL: label_text})
+        images = transformed[features.TRANSFORMED_IMAGE]
+        if augment:
+            images = augment_batch(images, seed=seed)
+        return images, tf.cast(transformed[features.TRANSFORMED_LABEL], tf.int64)
+
+    dataset = dataset.map(normalize_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    return dataset.prefetch(AUTOTUNE).with_options(options)
