@@ -170,3 +170,16 @@ def test_train_serve_parity(job_outputs, tmp_path, image_format):
           f"mean = {difference.mean():.6f} (normalized units)")
     largest, mean = PARITY_TOLERANCE[image_format]
     assert difference.max() <= largest and difference.mean() <= mean
+
+
+def test_train_script_trains_exports_and_serves(job_outputs, tmp_path):
+    outputs, folder, _ = job_outputs
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train.py")
+    result = subprocess.run(
+        [sys.executable, script, "--output_dir", outputs["jpeg"], "--export_dir", str(tmp_path / "export"),
+         "--predict_image", str(folder / "img3.png"), "--epochs", "1", "--batch_size", "4"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "validation accuracy:" in result.stdout and "served prediction for" in result.stdout
+    body = __import__("json").loads((tmp_path / "export" / "predict_request.json").read_text())
+    assert list(body["instances"][0]) == ["image_bytes"] and body["instances"][0]["image_bytes"]["b64"]
