@@ -8,10 +8,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import logging  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
 import apache_beam as beam  # noqa: E402
+from apache_beam.io.filesystem import CompressionTypes  # noqa: E402
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions  # noqa: E402
 
@@ -24,28 +27,70 @@ from tf_serving_input import features  # noqa: E402
 
 # What a run writes into its output folder; --overwrite removes exactly these.
 _OUTPUT_ENTRIES = (features.DATA_DIR, features.SHARD_STATUS_DIR, "transform_fn", "transformed_metadata",
-                   "metadata", features.MANIFEST_FILE, features.ERRORS_FILE, ".tmp")
+                   "metadata", features.MANIFEST_FILE, features.ERRORS_FILE, features.RUN_FILE, ".tmp")
+# What a resumed run keeps: finished shards and their status files (verified before reuse).
+_KEPT_ON_RESUME = (features.DATA_DIR, features.SHARD_STATUS_DIR, features.RUN_FILE)
 
 
 class OutputDirError(RuntimeError):
     """The output folder cannot be used as asked."""
 
 
+def _file_digest(path):
+    digest = hashlib.sha256()
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def run_fingerprint(job):
+    """What makes two runs the same run: the configuration and the CSV's content."""
+    return {"config": job.to_dict(), "input_csv_sha256": _file_digest(job.input_csv)}
+
+
+def _read_json(path):
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            return json.loads(f.read())
+    except Exception:
+        return None
+
+
 def prepare_output_dir(job):
-    """Refuses to mix with an earlier run's output unless --overwrite; then clears it."""
-    existing = [name for name in _OUTPUT_ENTRIES
-                if FileSystems.exists(FileSystems.join(job.output_dir, name))]
-    if existing and not job.overwrite:
+    """Makes --output_dir ready; returns how many finished shards an earlier identical run left.
+
+    An earlier run of the same input and configuration is resumed: its finished
+    shards stay (each is verified against its checksum before reuse), stale
+    temporary files and the end-of-run outputs go. Output of a different input
+    or configuration is refused, untouched, unless --overwrite.
+    """
+    join = FileSystems.join
+    existing = [name for name in _OUTPUT_ENTRIES if FileSystems.exists(join(job.output_dir, name))]
+    fingerprint = run_fingerprint(job)
+    resumable = bool(existing) and not job.overwrite
+    if resumable and _read_json(join(job.output_dir, features.RUN_FILE)) != fingerprint:
         raise OutputDirError(
-            f"{job.output_dir} already holds output of an earlier run ({', '.join(existing)}); "
-            "pass --overwrite to replace it, or choose another --output_dir")
-    if existing:
-        FileSystems.delete([FileSystems.join(job.output_dir, name) for name in existing])
+            f"{job.output_dir} already holds output of a different input or configuration "
+            f"({', '.join(existing)}); pass --overwrite to replace it, or choose another --output_dir")
+    stale = [join(job.output_dir, name) for name in existing if not (resumable and name in _KEPT_ON_RESUME)]
+    if resumable:  # Files a killed run was still writing.
+        patterns = [join(job.output_dir, folder, "*.incomplete")
+                    for folder in (features.DATA_DIR, features.SHARD_STATUS_DIR)]
+        stale += [m.path for result in FileSystems.match(patterns) for m in result.metadata_list]
+    if stale:
+        FileSystems.delete(stale)
     for name in (features.DATA_DIR, features.SHARD_STATUS_DIR):
         try:
-            FileSystems.mkdirs(FileSystems.join(job.output_dir, name))
+            FileSystems.mkdirs(join(job.output_dir, name))
         except Exception:  # Object stores have no folders; an existing one is fine too.
             pass
+    with FileSystems.create(join(job.output_dir, features.RUN_FILE),
+                            compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(json.dumps(fingerprint, indent=1).encode("utf-8"))
+    if not resumable:
+        return 0
+    return len(FileSystems.match([join(job.output_dir, features.SHARD_STATUS_DIR, "*.json")])[0].metadata_list)
 
 
 def _temp_dir(job, pipeline_options):
@@ -73,7 +118,7 @@ def run(argv=None):
     job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         csv_summary = csv_source.summarize_csv(job.input_csv, job.columns)
-        prepare_output_dir(job)
+        finished_earlier = prepare_output_dir(job)
     except (csv_source.CsvError, OutputDirError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -84,6 +129,9 @@ def run(argv=None):
     splits = ", ".join(f"{split} {rows}" for split, rows in csv_summary.rows_per_split.items())
     print(f"Reading {job.input_csv}: {csv_summary.rows} rows ({splits}); "
           f"writing {len(names)} shards to {job.output_dir}", flush=True)
+    if finished_earlier:
+        print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
+              "configuration are verified and kept", flush=True)
 
     pipeline_options = PipelineOptions(beam_args)
     runner = pipeline_options.view_as(StandardOptions).runner

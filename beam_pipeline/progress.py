@@ -31,6 +31,8 @@ class ShardProgress(threading.Thread):
         self._stop_event = threading.Event()
         self._start_time = time.time()
         self._rows_by_status = {}
+        self._poll()  # Shards an earlier run finished count as done, not as speed.
+        self._baseline_rows = sum(self._rows_by_status.values())
 
     def _poll(self):
         import json
@@ -56,7 +58,7 @@ class ShardProgress(threading.Thread):
         done = len(self._rows_by_status)
         rows = sum(self._rows_by_status.values())
         elapsed = time.time() - self._start_time
-        rate = rows / elapsed if elapsed > 0 else 0.0
+        rate = (rows - self._baseline_rows) / elapsed if elapsed > 0 else 0.0
         remaining = self._total_rows - rows
         eta = format_duration(remaining / rate) if rate > 0 else "?"
         self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "

@@ -13,7 +13,11 @@ from tf_serving_input import features
 
 
 def make_example(encoded, image_format, height, width, source, key, label):
-    """Builds the tf.train.Example of one stored image (see README "Output contract")."""
+    """Builds the tf.train.Example of one stored image (see README "Output contract").
+
+    Serialize it with `SerializeToString(deterministic=True)`: the feature map is
+    otherwise written in an order that changes from process to process.
+    """
     def bytes_feature(value):
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
@@ -42,3 +46,18 @@ def frame_record(record):
     length = struct.pack("<Q", len(record))
     return b"".join([length, struct.pack("<I", _masked_crc(length)),
                      record, struct.pack("<I", _masked_crc(record))])
+
+
+def iter_records(data):
+    """Yields the records of TFRecord file bytes (framing as `frame_record` writes it)."""
+    offset = 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        start = offset + 12
+        yield data[start:start + length]
+        offset = start + length + 4
+
+
+def parse_example(record):
+    """Parses one serialized tf.train.Example."""
+    return tf.train.Example.FromString(record)

@@ -17,7 +17,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import source as csv_source
-from beam_pipeline.records import frame_record, make_example
+from beam_pipeline.records import frame_record, iter_records, make_example, parse_example
 from tf_serving_input import features
 
 STATS_TAG = "stats"
@@ -105,38 +105,64 @@ class WriteShardFn(beam.DoFn):
         _configure_tensorflow_threads()
         import tensorflow as tf
 
-        from tf_serving_input.preprocessing import encode_image, preprocess_image
+        from tf_serving_input.preprocessing import decode_stored_image, encode_image, preprocess_image
 
         config = self._config
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
         def preprocess_and_encode(data):
-            image = preprocess_image(data, config)
-            return image, encode_image(image, config)
+            encoded = encode_image(preprocess_image(data, config), config)
+            # Statistics describe the pixels training will read back, so a resumed shard
+            # (read from disk) contributes exactly what a freshly written one does.
+            return encoded, decode_stored_image(encoded, config.image_size)
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+        def decode_stored(encoded):
+            return decode_stored_image(encoded, config.image_size)
 
         self._preprocess = preprocess_and_encode
+        self._decode_stored = decode_stored
         self._tf_error = tf.errors.OpError
 
     def _process_row(self, row):
-        """Returns (serialized example, pixels) or raises ValueError with the reason."""
+        """Returns (serialized example, stored pixels) or raises ValueError with the reason."""
         data = read_image_bytes(row.path, self._max_file_bytes)
         try:
-            pixels, encoded = self._preprocess(data)
+            encoded, pixels = self._preprocess(data)
         except self._tf_error as error:
             raise ValueError(describe_decode_failure(data, error)) from None
         size = self._config.image_size
         example = make_example(encoded.numpy(), self._config.image_format, size, size,
                                row.source, row.key, row.label)
-        return example.SerializeToString(), pixels.numpy()
+        return example.SerializeToString(deterministic=True), pixels.numpy()
+
+    def _stats_instance(self, pixels, label):
+        return beam.pvalue.TaggedOutput(STATS_TAG, {features.RAW_IMAGE: pixels.astype("float32"),
+                                                    features.RAW_LABEL: label})
 
     def process(self, element):
         (split, shard_index), rows = element
-        started = time.time()
         num_shards = self._shard_counts[split]
         name = csv_source.shard_name(split, shard_index, num_shards)
         data_path, status_path = shard_paths(self._output_dir, name)
         rows = sorted(rows, key=lambda row: row.index)  # Same file bytes whatever the shuffle did.
+        completed = verified_shard(data_path, status_path, len(rows))
+        if completed is not None:
+            yield from self._replay(split, *completed)
+        else:
+            yield from self._write(split, shard_index, num_shards, name, rows, data_path, status_path)
 
+    def _replay(self, split, status, data):
+        """A shard an earlier run completed: re-emit its statistics from the file, keep the file."""
+        if split == self._stats_split:
+            for record in iter_records(data):
+                feature = parse_example(record).features.feature
+                pixels = self._decode_stored(feature[features.IMAGE_ENCODED].bytes_list.value[0]).numpy()
+                yield self._stats_instance(pixels, feature[features.LABEL_TEXT].bytes_list.value[0])
+        yield dict(status, resumed=True)
+
+    def _write(self, split, shard_index, num_shards, name, rows, data_path, status_path):
+        started = time.time()
         failed = []
         written = 0
         checksum = hashlib.sha256()
@@ -157,10 +183,9 @@ class WriteShardFn(beam.DoFn):
                 size += len(framed)
                 written += 1
                 if split == self._stats_split:
-                    yield beam.pvalue.TaggedOutput(STATS_TAG, {
-                        features.RAW_IMAGE: pixels.astype("float32"),
-                        features.RAW_LABEL: row.label.encode("utf-8"),
-                    })
+                    yield self._stats_instance(pixels, row.label.encode("utf-8"))
+        # The shard gets its final name only once complete, and counts as done only once
+        # its status (with the checksum a resumed run verifies) exists.
         _replace(temp_path, data_path)
         status = {
             "name": name, "split": split, "index": shard_index, "num_shards": num_shards,
@@ -170,7 +195,22 @@ class WriteShardFn(beam.DoFn):
             "seconds": round(time.time() - started, 3), "worker_pid": os.getpid(),
         }
         _write_json_atomically(status_path, status)
-        yield status
+        yield dict(status, resumed=False)
+
+
+def verified_shard(data_path, status_path, rows):
+    """(status, file bytes) when an earlier run completed this shard and its file is intact, else None."""
+    try:
+        with FileSystems.open(status_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            status = json.loads(f.read())
+        with FileSystems.open(data_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            data = f.read()
+    except Exception:  # No status or no file: not complete.
+        return None
+    if (status.get("rows") != rows or len(data) != status.get("bytes")
+            or hashlib.sha256(data).hexdigest() != status.get("sha256")):
+        return None
+    return status, data
 
 
 def _replace(source, destination):

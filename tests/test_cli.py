@@ -137,11 +137,13 @@ def test_inspect_prints_statistics_and_renders_a_contact_sheet(finished_run, tmp
     assert image.shape[0] >= SIZE and image.shape[1] >= 8 * SIZE and image.std() > 10
 
 
-def test_second_run_into_the_same_folder_is_refused(finished_run):
+def test_other_configuration_into_the_same_folder_is_refused_untouched(finished_run):
     result, out, _ = finished_run
-    again = run_cli("--input_csv", str(out.parent / "images.csv"), "--output_dir", str(out))
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in out.rglob("*"))
+    again = run_cli("--input_csv", str(out.parent / "images.csv"), "--output_dir", str(out), "--image_size", "16")
     assert again.returncode == 2
-    assert "already holds output" in again.stderr and "--overwrite" in again.stderr
+    assert "different input or configuration" in again.stderr and "--overwrite" in again.stderr
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in out.rglob("*")) == before
 
 
 def test_too_many_failures_exit_non_zero_after_writing_everything(tmp_path):

@@ -37,6 +37,7 @@ DATA_DIR = "data"
 SHARD_STATUS_DIR = "shards"
 MANIFEST_FILE = "manifest.json"
 ERRORS_FILE = "errors.jsonl"
+RUN_FILE = "run.json"
 SHARD_SUFFIX = ".tfrecord"
 
 

@@ -20,6 +20,27 @@ def raw_feature_spec(image_size):
     }
 
 
+def _channel_mean_and_std(image):
+    """Per-channel mean and population std of [B, S, S, 3] images of integer pixel values.
+
+    Computed from exact int64 sums (tft.sum, tft.size), so the result does not
+    depend on how the data was split into batches and bundles: the same input
+    gives bit-identical statistics whatever the worker count. float32 running
+    means would differ in the last digits from run to run.
+    """
+    # Analyzers reduce over the first dimension: make it "every pixel of every image".
+    pixels = tf.cast(tf.round(tf.reshape(image, [-1, 3])), tf.int64)
+    total = tf.cast(tft.sum(pixels, reduce_instance_dims=False), tf.float64)
+    squares = tf.cast(tft.sum(pixels * pixels, reduce_instance_dims=False), tf.float64)
+    count = tf.cast(tf.maximum(tft.size(pixels[:, 0]), 1), tf.float64)
+    mean = total / count
+    variance = tf.maximum(squares / count - mean * mean, 0.0)
+    std = tf.sqrt(variance)
+    # A constant channel has no spread to divide by: leave it centred but unscaled.
+    std = tf.where(std > 0.0, std, tf.ones_like(std))
+    return tf.cast(mean, tf.float32), tf.cast(std, tf.float32)
+
+
 def preprocessing_fn(inputs):
     """Normalizes images per channel and maps labels to ids, with full-pass statistics.
 
@@ -29,13 +50,7 @@ def preprocessing_fn(inputs):
     caller can read them back from the saved graph.
     """
     image = inputs[features.RAW_IMAGE]
-    # Analyzers reduce over the first dimension: make it "every pixel of every image".
-    pixels = tf.reshape(image, [-1, 3])
-    mean = tft.mean(pixels, reduce_instance_dims=False)
-    variance = tft.var(pixels, reduce_instance_dims=False)
-    std = tf.sqrt(variance)
-    # A constant channel has no spread to divide by: leave it centred but unscaled.
-    std = tf.where(std > 0.0, std, tf.ones_like(std))
+    mean, std = _channel_mean_and_std(image)
     normalized = (image - mean) / std
 
     label = inputs[features.RAW_LABEL]

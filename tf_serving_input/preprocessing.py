@@ -209,15 +209,14 @@ def decode_image(data, max_pixels=PreprocessConfig.max_pixels):
         image = tf.io.decode_jpeg(data, channels=3)
         return apply_orientation(image, exif_orientation(data))
 
-    def gif():
-        return tf.io.decode_gif(data)[0]
-
     def other():
+        # expand_animations=False decodes only the first frame of an animated GIF or
+        # WebP: a many-frame file costs one frame of memory, like the header check assumes.
         image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False)
         image.set_shape([None, None, None])
         return to_rgb(image)
 
-    image = tf.switch_case(image_format, [jpeg, other, gif, other, other])
+    image = tf.switch_case(image_format, [jpeg, other, other, other, other])
     image.set_shape([None, None, 3])
     return image
 

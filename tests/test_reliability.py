@@ -1,0 +1,126 @@
+"""Interrupted runs, resume, determinism and hostile inputs, through the real command line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import imaging
+from tf_serving_input import features
+
+
+def job_command(csv_path, out, *extra):
+    return [sys.executable, "-m", "beam_pipeline", "--input_csv", str(csv_path), "--output_dir", str(out),
+            "--max_error_rate", "0.5", *extra] + ([] if "--image_size" in extra else ["--image_size", "32"])
+
+
+def run_job(csv_path, out, *extra):
+    result = subprocess.run(job_command(csv_path, out, *extra), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def shard_bytes(out):
+    return {path.name: path.read_bytes() for path in sorted((out / features.DATA_DIR).glob("*.tfrecord"))}
+
+
+def keys_by_shard(out):
+    result = {}
+    for name, data in shard_bytes(out).items():
+        keys = []
+        for record in tf.data.TFRecordDataset(str(out / features.DATA_DIR / name)):
+            keys.append(tf.train.Example.FromString(record.numpy()).features.feature[
+                features.IMAGE_KEY].bytes_list.value[0])
+        result[name] = keys
+    return result
+
+
+def manifest(out):
+    return json.loads((out / features.MANIFEST_FILE).read_text())
+
+
+def photo_like(rng, height, width):
+    """A smooth image with a little noise: decodes at the cost of a real photo of that size."""
+    y, x = np.mgrid[0:height, 0:width]
+    image = np.stack([(x * 255 // width), (y * 255 // height), ((x + y) * 127 // (height + width))], -1)
+    return np.clip(image + rng.integers(-6, 7, size=image.shape), 0, 255).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def big_dataset(tmp_path_factory):
+    """48 images of ~1600x1200, a missing file and a duplicate row, in train and validation."""
+    folder = tmp_path_factory.mktemp("big")
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(48):
+        name = f"photo {i}.jpg"
+        (folder / name).write_bytes(imaging.encode(photo_like(rng, 1200, 1600), "JPEG", quality=90))
+        rows.append([name, "xyz"[i % 3], "validation" if i % 6 == 0 else "train"])
+    rows += [["absent.jpg", "x", "train"], ["photo 1.jpg", "y", "train"]]
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)
+    return folder / "in.csv"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(big_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    run_job(big_dataset, out, "--num_shards", "12")
+    return out
+
+
+def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_path):
+    out = tmp_path / "out"
+    process = subprocess.Popen(job_command(big_dataset, out, "--num_shards", "12"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    status_dir = out / features.SHARD_STATUS_DIR
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if status_dir.exists() and list(status_dir.glob("*.json")):
+            break
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGKILL)  # The launcher and its worker processes, mid-run.
+    process.wait()
+    finished = list(status_dir.glob("*.json"))
+    assert 0 < len(finished) < 24, "the run was not interrupted part-way"
+    assert not (out / features.MANIFEST_FILE).exists()
+    # Nothing under a final name is partial: each shard file there reads to its end.
+    for path in (out / features.DATA_DIR).glob("*.tfrecord"):
+        sum(1 for _ in tf.data.TFRecordDataset(str(path)))
+
+    resumed = run_job(big_dataset, out, "--num_shards", "12")
+    assert "Resuming:" in resumed.stdout
+    assert shard_bytes(out) == shard_bytes(uninterrupted)
+    first, second = manifest(uninterrupted), manifest(out)
+    for key in ("rows", "written", "failed", "splits", "shards", "failed_by_reason"):
+        assert first[key] == second[key], key
+    assert second["statistics"] == first["statistics"]  # Exact: statistics come from integer sums.
+    assert (out / features.ERRORS_FILE).read_text() == (uninterrupted / features.ERRORS_FILE).read_text()
+    assert not list(out.rglob("*.incomplete"))
+
+
+def test_output_is_deterministic_whatever_the_worker_count(big_dataset, uninterrupted, tmp_path):
+    out = tmp_path / "out"
+    run_job(big_dataset, out, "--num_shards", "12", "--direct_num_workers", "1",
+            "--direct_running_mode", "in_memory")
+    assert shard_bytes(out) == shard_bytes(uninterrupted)  # Byte-identical shard files.
+    assert keys_by_shard(out) == keys_by_shard(uninterrupted)
+    first, second = manifest(uninterrupted), manifest(out)
+    assert first["statistics"] == second["statistics"]  # Bit-identical mean, std and vocabulary.
+    assert first["failed"] == 1 and first["written"] == 49  # The duplicate row is written twice.
+
+
+def test_overwrite_replaces_output_of_another_configuration(big_dataset, tmp_path):
+    out = tmp_path / "out"
+    (tmp_path / "small.csv").write_text("path\n" + str(big_dataset.parent / "photo 2.jpg") + "\n")
+    run_job(tmp_path / "small.csv", out)
+    refused = subprocess.run(job_command(tmp_path / "small.csv", out, "--image_size", "16"),
+                             capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "different input or configuration" in refused.stderr
+    run_job(tmp_path / "small.csv", out, "--image_size", "16", "--overwrite")
+    assert manifest(out)["config"]["preprocess"]["image_size"] == 16
