@@ -1,0 +1,118 @@
+"""Every kind of broken or unusual input a million-image CSV brings, through the real command line.
+
+Each input is either written correctly or listed in errors.jsonl with a specific reason, and
+rows == written + failed. The table this test prints (pytest -s) is the list in the README.
+"""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+import imaging
+from tf_serving_input import features
+from tf_serving_input.preprocessing import decode_stored_image
+
+SIZE = 32
+UPRIGHT = imaging.quadrants(48, 64)
+
+
+def hostile_files():
+    """name -> (bytes or None (folder / absent), expected error or None when it must be written)."""
+    jpeg = imaging.encode(UPRIGHT, "JPEG", quality=95)
+    rgba = np.dstack([UPRIGHT, np.full(UPRIGHT.shape[:2], 128, np.uint8)])
+    files = {
+        "zero bytes.jpg": (b"", "empty file (0 bytes)"),
+        "truncated.jpg": (jpeg[: len(jpeg) // 3], "truncated JPEG"),
+        "text.jpg": (b"just some text, not a picture\n", "not an image (unknown file format)"),
+        "page.jpg": (b"<!DOCTYPE html><html><body>Not Found</body></html>", "not an image (unknown file format)"),
+        "bomb.png": (imaging.png_claiming_size(60000, 60000),
+                     "image too large: 60000x60000 (more than max_pixels=100000000)"),
+        "missing.jpg": (None, "file not found"),
+        "a folder.jpg": ("folder", "is a directory, not a file"),
+        "png named.jpg": (imaging.encode(UPRIGHT, "PNG"), None),
+        "cmyk.jpg": (imaging.encode(Image.fromarray(UPRIGHT).convert("CMYK"), "JPEG", quality=95), None),
+        "gray.jpg": (imaging.encode(Image.fromarray(UPRIGHT).convert("L"), "JPEG"), None),
+        "progressive.jpg": (imaging.encode(UPRIGHT, "JPEG", progressive=True), None),
+        "sixteen bit.png": (imaging.encode(Image.fromarray(UPRIGHT[..., 0].astype(np.uint16) * 257), "PNG"), None),
+        "palette.png": (imaging.encode(Image.fromarray(UPRIGHT).convert("P"), "PNG"), None),
+        "transparent.png": (imaging.encode(rgba, "PNG"), None),
+        "animated.gif": (imaging.animated_gif([UPRIGHT, UPRIGHT[::-1]]), None),
+        "bitmap.bmp": (imaging.encode(UPRIGHT, "BMP"), None),
+        "lossless.webp": (imaging.encode(UPRIGHT, "WEBP", lossless=True), None),
+        "one pixel.png": (imaging.encode(imaging.solid((9, 99, 199), 1, 1), "PNG"), None),
+        "wide.png": (imaging.encode(imaging.solid((200, 10, 10), 1, 2000), "PNG"), None),
+        "tall.png": (imaging.encode(imaging.solid((10, 10, 200), 2000, 1), "PNG"), None),
+        'comma, "quote" and space.png': (imaging.encode(UPRIGHT, "PNG"), None),
+        "größe 大きい ñ.png": (imaging.encode(UPRIGHT, "PNG"), None),
+    }
+    for orientation in range(1, 9):
+        files[f"exif {orientation}.jpg"] = (imaging.exif_jpeg(UPRIGHT, orientation), None)
+    return files
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hostile")
+    files = hostile_files()
+    rows = []
+    for name, (data, _) in files.items():
+        if data == "folder":
+            (folder / name).mkdir()
+        elif data is not None:
+            (folder / name).write_bytes(data)
+        rows.append([name, "x"])
+    rows.append(["png named.jpg", "x"])  # A duplicate row: written twice, under two keys.
+    imaging.write_csv(folder / "in.csv", ["path", "label"], rows)
+    out = folder / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "beam_pipeline", "--input_csv", str(folder / "in.csv"), "--output_dir", str(out),
+         "--image_size", str(SIZE), "--image_format", "png", "--max_error_rate", "0.5", "--no_progress"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return files, rows, out
+
+
+def written_images(out):
+    images = {}
+    for path in sorted((out / features.DATA_DIR).glob("*.tfrecord")):
+        for record in tf.data.TFRecordDataset(str(path)):
+            feature = tf.train.Example.FromString(record.numpy()).features.feature
+            source = feature[features.IMAGE_SOURCE].bytes_list.value[0].decode()
+            image = decode_stored_image(feature[features.IMAGE_ENCODED].bytes_list.value[0], SIZE).numpy()
+            images.setdefault(source, []).append((feature[features.IMAGE_KEY].bytes_list.value[0], image))
+    return images
+
+
+def test_every_hostile_input_is_written_or_explained(hostile_run):
+    files, rows, out = hostile_run
+    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    errors = {e["source"]: e["error"] for e in map(json.loads, (out / features.ERRORS_FILE).read_text().splitlines())}
+    images = written_images(out)
+    assert manifest["rows"] == len(rows) == manifest["written"] + manifest["failed"]
+    print("\ninput | outcome")
+    for name, (_, expected_error) in files.items():
+        outcome = f"failed: {errors[name]}" if name in errors else "written" if name in images else "LOST"
+        print(f"{name} | {outcome}")
+        if expected_error is None:
+            assert name in images and name not in errors, outcome
+            assert all(image.shape == (SIZE, SIZE, 3) for _, image in images[name])
+        else:
+            assert errors.get(name) == expected_error and name not in images, outcome
+
+
+def test_duplicates_are_kept_apart_and_exif_orientations_agree(hostile_run):
+    _, _, out = hostile_run
+    images = written_images(out)
+    duplicates = images["png named.jpg"]
+    assert len(duplicates) == 2 and duplicates[0][0] != duplicates[1][0]
+    upright = images["exif 1.jpg"][0][1].astype(int)
+    for orientation in range(2, 9):
+        turned = images[f"exif {orientation}.jpg"][0][1].astype(int)
+        assert np.abs(turned - upright).mean() < 2.0, orientation  # Same upright picture.
+    reference = images["png named.jpg"][0][1].astype(int)
+    assert np.abs(upright - reference).mean() < 3.0
