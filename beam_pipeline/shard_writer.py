@@ -13,10 +13,12 @@ import os
 import time
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import source as csv_source
+from beam_pipeline.analysis import DESIRED_BATCH_SIZE, record_batch_converter
 from beam_pipeline.records import frame_record, iter_records, make_example, parse_example
 from tf_serving_input import features
 
@@ -88,8 +90,9 @@ class WriteShardFn(beam.DoFn):
     """((split, shard_index), [Row]) -> a shard file, its status file and one summary dict.
 
     Main output: the shard summary (as written to its status file).
-    Tagged output STATS_TAG: {'image': float32 [S, S, 3], 'label': bytes} for
-    every image of the 'train' split, for tensorflow-transform's analysis.
+    Tagged output STATS_TAG: Arrow RecordBatches of {'image': float32 [S, S, 3],
+    'label': bytes} holding every image of the 'train' split, for
+    tensorflow-transform's analysis (at most DESIRED_BATCH_SIZE rows each).
     """
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=DEFAULT_MAX_FILE_BYTES,
@@ -123,6 +126,7 @@ class WriteShardFn(beam.DoFn):
         self._preprocess = preprocess_and_encode
         self._decode_stored = decode_stored
         self._tf_error = tf.errors.OpError
+        self._converter = record_batch_converter(config.image_size)
 
     def _process_row(self, row):
         """Returns (serialized example, stored pixels) or raises ValueError with the reason."""
@@ -136,9 +140,25 @@ class WriteShardFn(beam.DoFn):
                                row.source, row.key, row.label)
         return example.SerializeToString(deterministic=True), pixels.numpy()
 
-    def _stats_instance(self, pixels, label):
-        return beam.pvalue.TaggedOutput(STATS_TAG, {features.RAW_IMAGE: pixels.astype("float32"),
-                                                    features.RAW_LABEL: label})
+    def _stats_batches(self, instances):
+        """(uint8 pixels, label bytes) pairs -> tagged Arrow RecordBatches of DESIRED_BATCH_SIZE rows."""
+        batch = []
+        for instance in instances:
+            batch.append(instance)
+            if len(batch) == DESIRED_BATCH_SIZE:
+                yield self._to_record_batch(batch)
+                batch = []
+        if batch:
+            yield self._to_record_batch(batch)
+
+    def _to_record_batch(self, batch):
+        import tensorflow as tf
+
+        images = np.stack([pixels for pixels, _ in batch]).astype(np.float32)
+        labels = [label for _, label in batch]
+        record_batch = self._converter.convert({features.RAW_IMAGE: tf.constant(images),
+                                                features.RAW_LABEL: tf.constant(labels, tf.string)})
+        return beam.pvalue.TaggedOutput(STATS_TAG, record_batch)
 
     def process(self, element):
         (split, shard_index), rows = element
@@ -155,20 +175,24 @@ class WriteShardFn(beam.DoFn):
     def _replay(self, split, status, data):
         """A shard an earlier run completed: re-emit its statistics from the file, keep the file."""
         if split == self._stats_split:
-            for record in iter_records(data):
-                feature = parse_example(record).features.feature
-                pixels = self._decode_stored(feature[features.IMAGE_ENCODED].bytes_list.value[0]).numpy()
-                yield self._stats_instance(pixels, feature[features.LABEL_TEXT].bytes_list.value[0])
+            yield from self._stats_batches(self._stored_instances(data))
         yield dict(status, resumed=True)
+
+    def _stored_instances(self, data):
+        for record in iter_records(data):
+            feature = parse_example(record).features.feature
+            pixels = self._decode_stored(feature[features.IMAGE_ENCODED].bytes_list.value[0]).numpy()
+            yield pixels, feature[features.LABEL_TEXT].bytes_list.value[0]
 
     def _write(self, split, shard_index, num_shards, name, rows, data_path, status_path):
         started = time.time()
         failed = []
-        written = 0
+        counts = {"records": 0, "bytes": 0}
         checksum = hashlib.sha256()
-        size = 0
         temp_path = data_path + ".incomplete"
-        with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+
+        def written_instances(out):
+            """Writes each row's record; yields (stored pixels, label) of the rows written."""
             for row in rows:
                 try:
                     record, pixels = self._process_row(row)
@@ -180,18 +204,25 @@ class WriteShardFn(beam.DoFn):
                 framed = frame_record(record)
                 out.write(framed)
                 checksum.update(framed)
-                size += len(framed)
-                written += 1
-                if split == self._stats_split:
-                    yield self._stats_instance(pixels, row.label.encode("utf-8"))
+                counts["bytes"] += len(framed)
+                counts["records"] += 1
+                yield pixels, row.label.encode("utf-8")
+
+        with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
+            instances = written_instances(out)
+            if split == self._stats_split:
+                yield from self._stats_batches(instances)
+            else:
+                for _ in instances:
+                    pass
         # The shard gets its final name only once complete, and counts as done only once
         # its status (with the checksum a resumed run verifies) exists.
         _replace(temp_path, data_path)
         status = {
             "name": name, "split": split, "index": shard_index, "num_shards": num_shards,
             "file": f"{features.DATA_DIR}/{name}{features.SHARD_SUFFIX}",
-            "rows": len(rows), "records": written, "failed": failed,
-            "bytes": size, "sha256": checksum.hexdigest(),
+            "rows": len(rows), "records": counts["records"], "failed": failed,
+            "bytes": counts["bytes"], "sha256": checksum.hexdigest(),
             "seconds": round(time.time() - started, 3), "worker_pid": os.getpid(),
         }
         _write_json_atomically(status_path, status)

@@ -20,6 +20,14 @@ def raw_feature_spec(image_size):
     }
 
 
+def raw_batch_type_specs(image_size):
+    """Type specs of a batch of raw features, as the Beam job hands them to TFT in Arrow form."""
+    return {
+        features.RAW_IMAGE: tf.TensorSpec([None, image_size, image_size, 3], tf.float32),
+        features.RAW_LABEL: tf.TensorSpec([None], tf.string),
+    }
+
+
 def _channel_mean_and_std(image):
     """Per-channel mean and population std of [B, S, S, 3] images of integer pixel values.
 
