@@ -81,6 +81,10 @@ def build_parser():
                              "are listed in errors.jsonl either way.")
     parser.add_argument("--max_pixels", type=int, default=PreprocessConfig.max_pixels,
                         help="Refuse images whose header claims more pixels, before decoding them.")
+    parser.add_argument("--jpeg_shrink_on_load", action=argparse.BooleanOptionalAction,
+                        default=PreprocessConfig.jpeg_shrink_on_load,
+                        help="Decode JPEGs much larger than --image_size at 1/2, 1/4 or 1/8 scale in "
+                             "the DCT domain (faster; see docs/benchmarks.md for the quality cost).")
     parser.add_argument("--max_file_bytes", type=int, default=DEFAULT_MAX_FILE_BYTES,
                         help="Refuse files larger than this many bytes without reading them whole.")
     parser.add_argument("--overwrite", action="store_true",
@@ -97,7 +101,8 @@ def parse_args(argv):
     try:
         preprocess = PreprocessConfig(image_size=args.image_size, resize_mode=args.resize_mode,
                                       image_format=args.image_format, jpeg_quality=args.jpeg_quality,
-                                      max_pixels=args.max_pixels)
+                                      max_pixels=args.max_pixels,
+                                      jpeg_shrink_on_load=args.jpeg_shrink_on_load)
     except ValueError as error:
         parser.error(str(error))
     if args.num_shards < 0:
@@ -105,13 +110,24 @@ def parse_args(argv):
     if not 0.0 <= args.max_error_rate <= 1.0:
         parser.error("--max_error_rate must be between 0 and 1")
     job = JobConfig(
-        input_csv=args.input_csv, output_dir=args.output_dir.rstrip("/") or "/",
+        input_csv=absolute_if_local(args.input_csv), output_dir=absolute_if_local(args.output_dir),
         preprocess=preprocess,
         columns=csv_source.CsvColumns(path=args.path_column, label=args.label_column,
                                       split=args.split_column),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress)
     return job, with_local_defaults(beam_args)
+
+
+def absolute_if_local(path):
+    """A local path made absolute (URIs pass, without a trailing '/').
+
+    Workers of a portable runner, a worker pool or a cluster do not share the
+    launcher's working directory: a relative path would name another file there.
+    """
+    if "://" in path:
+        return path.rstrip("/") or path
+    return os.path.abspath(path)
 
 
 def _flag_value(beam_args, name):

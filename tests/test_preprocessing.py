@@ -134,7 +134,9 @@ def test_resize_modes(resize_mode, mode):
     out = run_op(lambda d: pp.preprocess_image(d, config), data, mode)
     assert out.shape == (20, 20, 3) and out.dtype == np.uint8
     if resize_mode == "center_crop":
-        assert out.max() == 0  # The central 40x40 square holds no white.
+        # The central 40x40 square holds no white; only the filter at its very edge
+        # reaches the white band next to it (resize, then crop).
+        assert out[:, 1:].max() == 0 and out[:, 0].max() < 64
     elif resize_mode == "pad":
         assert (out[:5] == 0).all() and (out[15:] == 0).all()  # 20x10 image padded top and bottom.
         assert out[5:15, :4].min() == 255 and out[5:15, 6:].max() == 0
@@ -142,11 +144,45 @@ def test_resize_modes(resize_mode, mode):
         assert out[:, :4].min() == 255 and out[:, 6:].max() == 0
 
 
-def test_center_crop_matches_resize_then_crop_semantics():
-    tall = np.zeros((90, 30, 3), np.uint8)
-    tall[30:60] = 200  # Central square is all 200.
-    out = pp.resize_image(tf.constant(tall), 15, "center_crop").numpy()
-    assert (out == 200).all()
+# Shapes whose scaled size and crop offset are whole pixels, so an integer crop of the
+# reference lands exactly where the exact crop does.
+@pytest.mark.parametrize("height,width", [(90, 30), (32, 80), (20, 60), (64, 64)])
+def test_center_crop_is_resize_shorter_side_then_crop_center(height, width):
+    image = np.random.default_rng(height).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    out = pp.resize_image(tf.constant(image), 16, "center_crop").numpy().astype(int)
+    # Reference: scale the whole image so its shorter side is 16, then take the central 16 x 16.
+    scale = 16 / min(height, width)
+    reference = tf.raw_ops.ScaleAndTranslate(
+        images=image[None], size=[round(height * scale), round(width * scale)], scale=[scale, scale],
+        translation=[0.0, 0.0], kernel_type="triangle", antialias=True)[0].numpy()
+    top, left = (reference.shape[0] - 16) // 2, (reference.shape[1] - 16) // 2
+    expected = np.clip(np.round(reference[top:top + 16, left:left + 16]), 0, 255)
+    assert np.abs(out - expected).max() <= 1  # Same placement: only rounding differs.
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("resize_mode", ["center_crop", "pad", "stretch"])
+def test_shrink_on_load_matches_full_decode(resize_mode, mode):
+    rng = np.random.default_rng(4)
+    y, x = np.mgrid[0:1203, 0:1621]
+    photo = np.stack([x * 255 // 1621, y * 255 // 1203, (x + y) % 256], -1) + rng.integers(-4, 5, (1203, 1621, 3))
+    for orientation in (1, 6):  # Rotated files too: the kept side is measured upright.
+        data = imaging.exif_jpeg(np.clip(photo, 0, 255).astype(np.uint8), orientation, quality=92)
+        full = PreprocessConfig(image_size=64, resize_mode=resize_mode)
+        shrunk = PreprocessConfig(image_size=64, resize_mode=resize_mode, jpeg_shrink_on_load=True)
+        a = run_op(lambda d: pp.preprocess_image(d, full), data, mode).astype(float)
+        b = run_op(lambda d: pp.preprocess_image(d, shrunk), data, mode).astype(float)
+        psnr = 10 * np.log10(255.0 ** 2 / np.mean((a - b) ** 2))
+        assert psnr >= 38.0, (orientation, psnr)
+
+
+def test_shrink_index_keeps_the_needed_side():
+    def index(height, width, mode):
+        return int(pp.jpeg_shrink_index(tf.constant([height, width], tf.int64), 224, mode))
+    assert index(2000, 3000, "center_crop") == 3  # 2000 / 8 = 250 >= 224.
+    assert index(1000, 3000, "center_crop") == 2  # 1000 / 4 = 250; / 8 = 125 is too small.
+    assert index(1000, 3000, "pad") == 3          # Pad keeps the longer side: 3000 / 8 = 375.
+    assert index(300, 400, "stretch") == 0
 
 
 @pytest.mark.parametrize("image_format,tolerance", [("png", 0), ("jpeg", 6)])

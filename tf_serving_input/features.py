@@ -52,6 +52,8 @@ class PreprocessConfig:
       image_format: storage encoding of the preprocessed image, 'jpeg' or 'png'.
       jpeg_quality: JPEG quality used when image_format is 'jpeg'.
       max_pixels: images whose header claims more pixels are refused undecoded.
+      jpeg_shrink_on_load: decode large JPEGs at a reduced DCT scale (1/2, 1/4,
+        1/8) that still covers image_size, before resizing.
     """
 
     image_size: int = 224
@@ -59,6 +61,7 @@ class PreprocessConfig:
     image_format: str = "jpeg"
     jpeg_quality: int = 95
     max_pixels: int = 100_000_000
+    jpeg_shrink_on_load: bool = False
 
     def __post_init__(self):
         if self.image_size < 1:

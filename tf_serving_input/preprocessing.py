@@ -181,14 +181,46 @@ def to_rgb(image):
     return tf.cond(has_alpha, composite, lambda: color)
 
 
-def decode_image(data, max_pixels=PreprocessConfig.max_pixels):
+def jpeg_shrink_index(height_width, shrink_to, resize_mode):
+    """Index into (1, 2, 4, 8) of the largest DCT downscale that keeps the image big enough.
+
+    The side `resize_mode` scales to image size (the shorter one for
+    center_crop and stretch, the longer one for pad) must stay >= shrink_to.
+    """
+    side = (tf.reduce_max if resize_mode == "pad" else tf.reduce_min)(height_width)
+    shrink_to = tf.cast(shrink_to, side.dtype)
+    return tf.add_n([tf.cast(side // factor >= shrink_to, tf.int32) for factor in (2, 4, 8)])
+
+
+def decode_image(data, max_pixels=PreprocessConfig.max_pixels, shrink_to=None, resize_mode="center_crop"):
     """Decodes JPEG/PNG/GIF/BMP/WebP bytes into an upright RGB uint8 [H, W, 3] tensor.
+
+    See `decode_image_with_box`, which this calls.
+    """
+    return decode_image_with_box(data, max_pixels, shrink_to, resize_mode)[0]
+
+
+def decode_image_with_box(data, max_pixels=PreprocessConfig.max_pixels, shrink_to=None,
+                             resize_mode="center_crop"):
+    """Decodes image bytes; returns (upright RGB uint8 [H, W, 3], box float32 [4]).
 
     The format is detected from the content. The header's size is checked
     against `max_pixels` before any pixel is decoded. JPEGs of any colour space
     (grayscale, CMYK) become RGB and follow their EXIF orientation; 16-bit PNGs
     are scaled to 8 bits; palettes are expanded; alpha is composited over
     white; an animated GIF gives its first frame.
+
+    With `shrink_to` set, a JPEG much larger than needed is decoded at 1/2, 1/4
+    or 1/8 scale in the DCT domain (libjpeg's shrink-on-load), keeping the side
+    that `resize_mode` scales at least `shrink_to` pixels: far less work for
+    the same model-sized result (see docs/benchmarks.md for speed and PSNR).
+
+    `box` is (top, left, height, width) of the picture in decoded pixels: the
+    whole decoded image, except after shrink-on-load, where libjpeg rounds a
+    partial 8x8 block at the bottom and right edges up to a whole pixel. Then
+    the picture spans the original size / ratio, starting at the edge that was
+    top-left before the EXIF orientation turned it, so that `resize_image` can
+    place its crop exactly where the full decode puts it.
     """
     data = tf.convert_to_tensor(data, tf.string)
     image_format = sniff_format(data)
@@ -206,49 +238,85 @@ def decode_image(data, max_pixels=PreprocessConfig.max_pixels):
         data = tf.identity(data)
 
     def jpeg():
-        image = tf.io.decode_jpeg(data, channels=3)
-        return apply_orientation(image, exif_orientation(data))
+        orientation = exif_orientation(data)
+        if shrink_to is None:
+            image = apply_orientation(tf.io.decode_jpeg(data, channels=3), orientation)
+            return image, _whole_box(image)
+        index = jpeg_shrink_index(height_width, shrink_to, resize_mode)
+        # `ratio` must be a constant: one decode op per scale, one of them runs.
+        image = tf.switch_case(index, [
+            lambda ratio=ratio: tf.io.decode_jpeg(data, channels=3, ratio=ratio) for ratio in (1, 2, 4, 8)])
+        extent = tf.cast(height_width, tf.float32) / tf.gather([1.0, 2.0, 4.0, 8.0], index)
+        image = apply_orientation(image, orientation)
+        extent = tf.where(orientation >= 5, tf.reverse(extent, [0]), extent)  # 5-8 swap the axes.
+        # Orientations that reverse an axis move the rounded-up edge to the start of it.
+        reversed_axes = tf.stack([tf.reduce_any(tf.equal(orientation, [3, 4, 7, 8])),
+                                  tf.reduce_any(tf.equal(orientation, [2, 3, 6, 7]))])
+        origin = tf.where(reversed_axes, tf.cast(tf.shape(image)[:2], tf.float32) - extent, 0.0)
+        return image, tf.concat([origin, extent], 0)
 
     def other():
         # expand_animations=False decodes only the first frame of an animated GIF or
         # WebP: a many-frame file costs one frame of memory, like the header check assumes.
         image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False)
         image.set_shape([None, None, None])
-        return to_rgb(image)
+        return to_rgb(image), _whole_box(image)
 
-    image = tf.switch_case(image_format, [jpeg, other, other, other, other])
+    image, box = tf.switch_case(image_format, [jpeg, other, other, other, other])
     image.set_shape([None, None, 3])
-    return image
+    return image, box
 
 
-def _resize(image, height, width):
-    """Antialiased bilinear resize of uint8 [H, W, 3] to [height, width, 3] uint8."""
-    resized = tf.image.resize(image, tf.stack([height, width]), method="bilinear", antialias=True)
+def _whole_box(image):
+    return tf.concat([tf.zeros([2]), tf.cast(tf.shape(image)[:2], tf.float32)], 0)
+
+
+def _scale_and_translate(image, height, width, scale, translation):
+    """Antialiased (triangle-filtered) resampling of uint8 [H, W, 3] to uint8 [height, width, 3].
+
+    Output pixel (y, x) samples the input at ((y, x) + 0.5 - translation) / scale - 0.5:
+    the op behind tf.image.resize(antialias=True), with sub-pixel placement.
+    """
+    resized = tf.raw_ops.ScaleAndTranslate(
+        images=image[None], size=tf.stack([height, width]), scale=scale,
+        translation=translation, kernel_type="triangle", antialias=True)[0]
     return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
 
 
-def resize_image(image, image_size, resize_mode="center_crop"):
+def resize_image(image, image_size, resize_mode="center_crop", box=None):
     """Resizes an RGB uint8 [H, W, 3] image to [image_size, image_size, 3].
 
-    Modes: 'center_crop' takes the central square and scales it (the same as
-    scaling the shorter side to image_size, then cropping the center), 'pad'
-    scales the longer side to image_size and pads with black, 'stretch'
-    scales each side independently.
+    Modes: 'center_crop' scales the shorter side to image_size and keeps the
+    central square (the crop may start between pixels: it is placed exactly),
+    'pad' scales the longer side to image_size and pads with black, 'stretch'
+    scales each side independently. `box` (top, left, height, width; see
+    `decode_image_with_box`) is where the picture lies in the image; it
+    defaults to the whole image.
     """
-    shape = tf.shape(image)
-    height, width = shape[0], shape[1]
+    size = tf.constant(float(image_size))
+    box = _whole_box(image) if box is None else box
+    origin, extent_height, extent_width = box[:2], box[2], box[3]
     if resize_mode == "center_crop":
-        side = tf.minimum(height, width)
-        square = tf.image.crop_to_bounding_box(image, (height - side) // 2, (width - side) // 2, side, side)
-        result = _resize(square, image_size, image_size)
+        side = tf.minimum(extent_height, extent_width)
+        scale = size / side
+        start = origin + tf.stack([extent_height - side, extent_width - side]) / 2.0
+        # Resample only the window the filter reaches (the square plus the kernel's
+        # support): the same result as the whole image, at a fraction of the cost.
+        support = tf.math.ceil(tf.maximum(1.0 / scale, 1.0)) + 1.0
+        shape = tf.shape(image)[:2]
+        first = tf.cast(tf.maximum(tf.floor(start - support), 0.0), tf.int32)
+        last = tf.minimum(tf.cast(tf.math.ceil(start + side + support), tf.int32), shape)
+        window = image[first[0]:last[0], first[1]:last[1]]
+        translation = (tf.cast(first, tf.float32) - start) * scale
+        result = _scale_and_translate(window, image_size, image_size, tf.stack([scale, scale]), translation)
     elif resize_mode == "stretch":
-        result = _resize(image, image_size, image_size)
+        scale = tf.stack([size / extent_height, size / extent_width])
+        result = _scale_and_translate(image, image_size, image_size, scale, -origin * scale)
     elif resize_mode == "pad":
-        longer = tf.cast(tf.maximum(height, width), tf.float64)
-        scale = tf.cast(image_size, tf.float64) / longer
-        new_height = tf.maximum(1, tf.cast(tf.round(tf.cast(height, tf.float64) * scale), tf.int32))
-        new_width = tf.maximum(1, tf.cast(tf.round(tf.cast(width, tf.float64) * scale), tf.int32))
-        scaled = _resize(image, new_height, new_width)
+        scale = size / tf.maximum(extent_height, extent_width)
+        new_height = tf.maximum(1, tf.cast(tf.round(extent_height * scale), tf.int32))
+        new_width = tf.maximum(1, tf.cast(tf.round(extent_width * scale), tf.int32))
+        scaled = _scale_and_translate(image, new_height, new_width, tf.stack([scale, scale]), -origin * scale)
         result = tf.image.pad_to_bounding_box(scaled, (image_size - new_height) // 2,
                                               (image_size - new_width) // 2, image_size, image_size)
     else:
@@ -259,8 +327,10 @@ def resize_image(image, image_size, resize_mode="center_crop"):
 
 def preprocess_image(data, config=PreprocessConfig()):
     """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees."""
-    image = decode_image(data, max_pixels=config.max_pixels)
-    return resize_image(image, config.image_size, config.resize_mode)
+    image, box = decode_image_with_box(
+        data, max_pixels=config.max_pixels, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
+        resize_mode=config.resize_mode)
+    return resize_image(image, config.image_size, config.resize_mode, box)
 
 
 def encode_image(image, config=PreprocessConfig()):
