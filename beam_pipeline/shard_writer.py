@@ -13,12 +13,11 @@ import os
 import time
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import source as csv_source
-from beam_pipeline.analysis import DESIRED_BATCH_SIZE, record_batch_converter
+from beam_pipeline.analysis import DESIRED_BATCH_SIZE, to_record_batch
 from beam_pipeline.records import frame_record, iter_records, make_example, parse_example
 from tf_serving_input import features
 
@@ -126,7 +125,6 @@ class WriteShardFn(beam.DoFn):
         self._preprocess = preprocess_and_encode
         self._decode_stored = decode_stored
         self._tf_error = tf.errors.OpError
-        self._converter = record_batch_converter(config.image_size)
 
     def _process_row(self, row):
         """Returns (serialized example, stored pixels) or raises ValueError with the reason."""
@@ -152,12 +150,7 @@ class WriteShardFn(beam.DoFn):
             yield self._to_record_batch(batch)
 
     def _to_record_batch(self, batch):
-        import tensorflow as tf
-
-        images = np.stack([pixels for pixels, _ in batch]).astype(np.float32)
-        labels = [label for _, label in batch]
-        record_batch = self._converter.convert({features.RAW_IMAGE: tf.constant(images),
-                                                features.RAW_LABEL: tf.constant(labels, tf.string)})
+        record_batch = to_record_batch([pixels for pixels, _ in batch], [label for _, label in batch])
         return beam.pvalue.TaggedOutput(STATS_TAG, record_batch)
 
     def process(self, element):

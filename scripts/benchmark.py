@@ -267,7 +267,7 @@ def stage_rates(paths, config_values, count):
 
     import tensorflow as tf
 
-    from beam_pipeline.analysis import record_batch_converter
+    from beam_pipeline.analysis import to_record_batch
     from beam_pipeline.records import frame_record, make_example
     from tf_serving_input.features import PreprocessConfig
     from tf_serving_input.preprocessing import decode_image, encode_image, resize_image
@@ -281,12 +281,11 @@ def stage_rates(paths, config_values, count):
                          input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
     encode = tf.function(lambda image: encode_image(image, config),
                          input_signature=[tf.TensorSpec([SIZE, SIZE, 3], tf.uint8)])
-    converter = record_batch_converter(SIZE)
 
     @tf.function(input_signature=[tf.TensorSpec([None, SIZE, SIZE, 3], tf.float32)])
-    def statistics_graph(images):  # What the TFT analyzers compute per batch.
-        pixels = tf.cast(tf.reshape(images, [-1, 3]), tf.int64)
-        return tf.reduce_sum(pixels, 0), tf.reduce_sum(pixels * pixels, 0)
+    def statistics_graph(images):  # What the TFT analyzers compute per batch (normalization.py).
+        pixels = tf.cast(tf.reshape(images, [tf.shape(images)[0], -1, 3]), tf.int32)
+        return tf.reduce_sum(pixels, 1), tf.reduce_sum(tf.cast(pixels * pixels, tf.int64), 1)
 
     timings = {}
 
@@ -312,12 +311,11 @@ def stage_rates(paths, config_values, count):
             hashlib.sha256(framed).digest()
             out.write(framed)
         timed("write", write, encoded)
-    batches = [np.stack([r.numpy() for r in resized[i:i + 32]]).astype(np.float32)
-               for i in range(0, len(resized), 32)]
+    batches = [[r.numpy() for r in resized[i:i + 32]] for i in range(0, len(resized), 32)]
 
-    def statistics(batch):
-        converter.convert({"image": tf.constant(batch), "label": tf.constant([b"x"] * len(batch))})
-        statistics_graph(batch)
+    def statistics(batch):  # Arrow batch for TFT, then the analyzers' per-batch work.
+        to_record_batch(batch, [b"x"] * len(batch))
+        statistics_graph(np.stack(batch).astype(np.float32))
     started = time.time()
     for batch in batches:
         statistics(batch)

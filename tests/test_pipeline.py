@@ -57,3 +57,19 @@ def test_statistics_and_vocabulary_match_numpy(tmp_path):
     np.testing.assert_allclose(mean, expected.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose(std, expected.std(axis=0), rtol=1e-4)  # Population std, as tft.var.
     assert vocabulary == ["b", "a", "c"]  # By frequency; '' and validation-only 'z' excluded.
+
+
+def test_arrow_batches_match_tfx_bsl_layout():
+    """The shard writer builds TFT's Arrow input by hand; it must equal tfx_bsl's own conversion."""
+    import tensorflow as tf
+    from tfx_bsl.tfxio import tensor_to_arrow
+
+    from beam_pipeline.analysis import tensor_adapter_config, to_record_batch
+
+    images = [np.full((SIZE, SIZE, 3), i, np.uint8) for i in range(3)]
+    labels = [b"a", b"", b"c"]
+    converter = tensor_to_arrow.TensorsToRecordBatchConverter(normalization.raw_batch_type_specs(SIZE))
+    expected = converter.convert({"image": tf.constant(np.stack(images).astype(np.float32)),
+                                  "label": tf.constant(labels)})
+    assert to_record_batch(images, labels).equals(expected)
+    assert tensor_adapter_config(SIZE).arrow_schema.equals(expected.schema)

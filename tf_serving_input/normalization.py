@@ -36,11 +36,15 @@ def _channel_mean_and_std(image):
     gives bit-identical statistics whatever the worker count. float32 running
     means would differ in the last digits from run to run.
     """
-    # Analyzers reduce over the first dimension: make it "every pixel of every image".
-    pixels = tf.cast(tf.round(tf.reshape(image, [-1, 3])), tf.int64)
-    total = tf.cast(tft.sum(pixels, reduce_instance_dims=False), tf.float64)
-    squares = tf.cast(tft.sum(pixels * pixels, reduce_instance_dims=False), tf.float64)
-    count = tf.cast(tf.maximum(tft.size(pixels[:, 0]), 1), tf.float64)
+    # Exact integers all the way: per-image sums fit int32 (<= 255 * S * S), squares need
+    # int64; the analyzers then add per-image rows up across the dataset.
+    pixels = tf.cast(tf.reshape(tf.round(image), [tf.shape(image)[0], -1, 3]), tf.int32)
+    per_image_sum = tf.cast(tf.reduce_sum(pixels, axis=1), tf.int64)
+    per_image_squares = tf.reduce_sum(tf.cast(pixels * pixels, tf.int64), axis=1)
+    total = tf.cast(tft.sum(per_image_sum, reduce_instance_dims=False), tf.float64)
+    squares = tf.cast(tft.sum(per_image_squares, reduce_instance_dims=False), tf.float64)
+    pixels_per_image = tf.cast(tf.shape(pixels)[1], tf.float64)
+    count = tf.cast(tf.maximum(tft.size(per_image_sum[:, 0]), 1), tf.float64) * pixels_per_image
     mean = total / count
     variance = tf.maximum(squares / count - mean * mean, 0.0)
     std = tf.sqrt(variance)
