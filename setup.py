@@ -25,7 +25,10 @@ setuptools.setup(
         "numpy",
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6"],
+        # s3:// inputs and outputs through Beam's S3 filesystem (boto3).
+        "aws": ["apache-beam[aws]==2.77.*"],
+        # moto's server stands in for S3 in tests/test_s3.py.
+        "test": ["pytest>=8", "hypothesis>=6", "apache-beam[aws]==2.77.*", "moto[server]>=5"],
     },
     entry_points={
         "console_scripts": [

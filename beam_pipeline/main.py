@@ -100,6 +100,47 @@ def _temp_dir(job, pipeline_options):
     return FileSystems.join(job.output_dir, ".tmp")
 
 
+def tensorflow_unwritable(path):
+    """Why tensorflow-transform cannot write under `path`, or None when it can.
+
+    TFT writes transform_fn/ (and its temporary files) with TensorFlow's own file
+    system layer, not Beam's: a scheme Beam reads and writes (s3://) can still be
+    one TensorFlow lacks, and the run would only fail at its very end.
+    """
+    scheme = FileSystems.get_scheme(path)
+    if scheme is None or scheme == "file":
+        return None
+    import tensorflow as tf
+
+    supported = sorted(s for s in tf.io.gfile.get_registered_schemes() if s and s not in ("file", "ram"))
+    if scheme in supported:
+        return None
+    return (f"{path}: tensorflow-transform writes its output with TensorFlow's file system, which "
+            f"cannot write {scheme}:// here (it can write local paths"
+            f"{''.join(', ' + s + '://' for s in supported)}); use one of those")
+
+
+def _local_runner(pipeline_options):
+    """The FnApiRunner, set up to hand the pipeline options to its worker processes; None otherwise.
+
+    Beam's FnApiRunner starts its multi_processing workers with empty pipeline
+    options, so Beam's filesystems there would not see --s3_endpoint_url, S3
+    credentials and the like: workers could not read the images. This gives
+    them the options, as a portable job service does.
+    """
+    if pipeline_options.view_as(StandardOptions).runner != job_options.DEFAULT_RUNNER:
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(
+        pipeline_options.get_all_options(retain_unknown_options=True))
+    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+        beam_provision_api_pb2.ProvisionInfo(retrieval_token="unused-retrieval-token",
+                                             pipeline_options=encoded)))
+
+
 def shard_counts_for(job, csv_summary):
     """Shards per split: --num_shards for each, or a count from the split's size."""
     return {split: job.num_shards or csv_source.auto_num_shards(rows)
@@ -116,6 +157,16 @@ def run(argv=None):
     """Runs the job; returns the process exit code (0 ok, 1 too many failures, 2 refused)."""
     _quiet_library_logs()
     job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv)
+    pipeline_options = PipelineOptions(beam_args)
+    # The launcher reads the CSV and prepares --output_dir through Beam's filesystems
+    # before any pipeline exists: s3:// (endpoint, credentials) needs the options now.
+    FileSystems.set_options(pipeline_options)
+    temp_location = pipeline_options.view_as(GoogleCloudOptions).temp_location
+    for flag, path in (("--output_dir", job.output_dir), ("--temp_location", temp_location)):
+        reason = path and tensorflow_unwritable(path)
+        if reason:
+            print(f"error: {flag} {reason}", file=sys.stderr)
+            return 2
     try:
         csv_summary = csv_source.summarize_csv(job.input_csv, job.columns)
         finished_earlier = prepare_output_dir(job)
@@ -133,7 +184,6 @@ def run(argv=None):
         print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
               "configuration are verified and kept", flush=True)
 
-    pipeline_options = PipelineOptions(beam_args)
     runner = pipeline_options.view_as(StandardOptions).runner
     monitor = None
     if job.progress and job_options.is_local_runner(beam_args):
@@ -141,7 +191,7 @@ def run(argv=None):
         monitor.start()
     started = time.time()
     try:
-        with beam.Pipeline(options=pipeline_options) as pipeline:
+        with beam.Pipeline(runner=_local_runner(pipeline_options), options=pipeline_options) as pipeline:
             build_pipeline(pipeline, job, shard_counts, _temp_dir(job, pipeline_options))
     finally:
         if monitor:

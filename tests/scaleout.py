@@ -1,0 +1,154 @@
+"""Helpers for the scale-out tests: a tiny dataset, running the CLI, comparing two outputs.
+
+The job's outputs are deterministic by design (byte-identical shards, same keys in
+the same shards, bit-identical statistics), so a run on another runner or
+filesystem must produce exactly what the default local runner produces.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import imaging
+from beam_pipeline.records import iter_records, parse_example
+from tf_serving_input import features
+
+# Keys of manifest.json that legitimately differ between two runs of the same input.
+RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions")
+MISSING = "images/missing.jpg"
+
+
+def make_small_dataset(folder, count=12, size=32):
+    """`count` small JPEG/PNG images in 2 classes, train and validation, plus one missing file.
+
+    Returns (csv path, rows); paths in the CSV are relative to its folder.
+    """
+    rng = np.random.default_rng(11)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    rows = []
+    for i in range(count):
+        label = "ab"[i % 2]
+        image = imaging.quadrants(size, size)
+        image[..., i % 3] = rng.integers(0, 256)
+        fmt, ext = [("JPEG", "jpg"), ("PNG", "png")][i % 2]
+        name = f"images/{label}_{i}.{ext}"
+        (folder / name).write_bytes(imaging.encode(image, fmt))
+        rows.append([name, label, "validation" if i % 4 == 0 else "train"])
+    rows.append([MISSING, "a", "train"])
+    imaging.write_csv(folder / "images.csv", ["path", "label", "split"], rows)
+    return folder / "images.csv", rows
+
+
+def job_command(csv_path, out, *extra):
+    """The real command line of the job on a small dataset (16 px, one bad row tolerated)."""
+    return [sys.executable, "-m", "beam_pipeline", "--input_csv", str(csv_path), "--output_dir", str(out),
+            "--image_size", "16", "--max_error_rate", "0.2", "--no_progress", *extra]
+
+
+def run_job(csv_path, out, *extra, env=None, cwd=None, python=None, timeout=600):
+    """Runs the job in a subprocess; returns the CompletedProcess (text output)."""
+    command = job_command(csv_path, out, *extra)
+    if python:
+        command[0] = str(python)
+    run_env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run(command, capture_output=True, text=True, env=run_env, cwd=cwd, timeout=timeout)
+
+
+def free_port():
+    """A TCP port on localhost that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def start_server(command, port, log_path, env=None, cwd=None, timeout=120):
+    """Starts `command` in its own process group; returns the Popen once `port` accepts connections.
+
+    Its output goes to `log_path` (shown when it fails to start). Stop it with `stop_server`.
+    """
+    log = open(log_path, "wb")
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                               start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        try:
+            with socket.create_connection(("localhost", port), timeout=1):
+                return process
+        except OSError:
+            time.sleep(0.2)
+    stop_server(process)
+    with open(log_path, "rb") as f:
+        output = f.read().decode("utf-8", "replace")[-3000:]
+    raise RuntimeError(f"{' '.join(map(str, command))} did not listen on port {port} "
+                       f"(exit code {process.returncode}):\n{output}")
+
+
+def stop_server(process):
+    """Stops a server started by `start_server`, with every process it started (its process group)."""
+    if process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # Children (e.g. SDK workers of a worker pool) may outlive their parent.
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def shard_bytes(out):
+    """{shard file name: bytes} of every finished shard."""
+    data_dir = os.path.join(out, features.DATA_DIR)
+    return {name: open(os.path.join(data_dir, name), "rb").read()
+            for name in sorted(os.listdir(data_dir)) if name.endswith(".tfrecord")}
+
+
+def keys_by_shard(out):
+    """{shard file name: [row key, ...] in file order}."""
+    return {name: [parse_example(record).features.feature[features.IMAGE_KEY].bytes_list.value[0].decode()
+                   for record in iter_records(data)]
+            for name, data in shard_bytes(out).items()}
+
+
+def manifest(out):
+    with open(os.path.join(out, features.MANIFEST_FILE), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def errors(out):
+    with open(os.path.join(out, features.ERRORS_FILE), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def comparable_manifest(out):
+    """The manifest without what differs between two runs of the same input (timings, runner)."""
+    return {key: value for key, value in manifest(out).items() if key not in RUN_SPECIFIC_KEYS}
+
+
+def assert_same_output(expected_out, actual_out):
+    """Two output folders hold the same shards (bytes, keys), counts, statistics and errors."""
+    expected, actual = shard_bytes(expected_out), shard_bytes(actual_out)
+    assert expected, f"no shards in {expected_out}"
+    assert sorted(actual) == sorted(expected)
+    assert keys_by_shard(actual_out) == keys_by_shard(expected_out)
+    for name in expected:
+        assert actual[name] == expected[name], f"shard {name} differs"
+    want, got = comparable_manifest(expected_out), comparable_manifest(actual_out)
+    for key in ("rows", "written", "failed", "splits", "failed_by_reason", "statistics", "shards", "config"):
+        assert got[key] == want[key], key
+    assert got == want
+    assert errors(actual_out) == errors(expected_out)

@@ -1,0 +1,66 @@
+"""The whole job (TFT included) on Beam's PortableRunner with workers in a separate worker pool.
+
+The job service (`local_job_service_main`) and the worker pool (`worker_pool_main`)
+run as their own processes, as a cluster's would: the workers share nothing with
+the launching process (not its working directory, not its imported modules), so
+pickling, import and relative-path mistakes show up here as they would on Flink
+or Dataflow. The output must equal a default-runner run of the same CSV.
+"""
+
+import os
+import sys
+
+import pytest
+
+import scaleout
+
+
+@pytest.fixture(scope="module")
+def portable_services(tmp_path_factory):
+    """(job endpoint, worker pool endpoint) of a job service and a worker pool on free localhost ports."""
+    folder = tmp_path_factory.mktemp("portable_services")
+    # The pool starts each worker with the `python` found on PATH: the venv's.
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    job_port, pool_port = scaleout.free_port(), scaleout.free_port()
+    while pool_port == job_port:
+        pool_port = scaleout.free_port()
+    started = []
+    try:
+        started.append(scaleout.start_server(
+            [sys.executable, "-m", "apache_beam.runners.portability.local_job_service_main",
+             f"--port={job_port}"], job_port, folder / "job_service.log", env=env, cwd=folder))
+        started.append(scaleout.start_server(
+            [sys.executable, "-m", "apache_beam.runners.worker.worker_pool_main",
+             f"--service_port={pool_port}"], pool_port, folder / "worker_pool.log", env=env, cwd=folder))
+        yield f"localhost:{job_port}", f"localhost:{pool_port}"
+    finally:
+        for process in reversed(started):
+            scaleout.stop_server(process)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("portable_data")
+    csv_path, rows = scaleout.make_small_dataset(folder)
+    local = folder / "out_local"
+    result = scaleout.run_job(csv_path, local)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder, csv_path, rows, local
+
+
+def test_portable_runner_with_external_worker_pool_matches_the_local_runner(portable_services, dataset):
+    job_endpoint, pool_endpoint = portable_services
+    folder, csv_path, rows, local = dataset
+    # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
+    result = scaleout.run_job(
+        os.path.relpath(csv_path, folder), "out_portable",
+        "--runner=PortableRunner", f"--job_endpoint={job_endpoint}",
+        "--environment_type=EXTERNAL", f"--environment_config={pool_endpoint}", cwd=folder)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    portable = folder / "out_portable"
+    manifest = scaleout.manifest(portable)
+    assert manifest["runner"] == "PortableRunner"
+    assert (manifest["rows"], manifest["written"], manifest["failed"]) == (len(rows), len(rows) - 1, 1)
+    assert [e["source"] for e in scaleout.errors(portable)] == [scaleout.MISSING]
+    scaleout.assert_same_output(local, portable)
