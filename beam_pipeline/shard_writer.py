@@ -216,7 +216,7 @@ class WriteShardFn(beam.DoFn):
             "file": f"{features.DATA_DIR}/{name}{features.SHARD_SUFFIX}",
             "rows": len(rows), "records": counts["records"], "failed": failed,
             "bytes": counts["bytes"], "sha256": checksum.hexdigest(),
-            "seconds": round(time.time() - started, 3), "worker_pid": os.getpid(),
+            "started": round(started, 3), "seconds": round(time.time() - started, 3), "worker_pid": os.getpid(),
         }
         _write_json_atomically(status_path, status)
         yield dict(status, resumed=False)
