@@ -201,7 +201,7 @@ def run(argv=None):
     from tf_serving_input.normalization import read_statistics  # TF loads after Beam's workers start.
 
     statuses = report.read_shard_statuses(job.output_dir, names)
-    statistics = read_statistics(job.output_dir, job.preprocess.image_size)
+    statistics = read_statistics(job.output_dir)
     manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner)
     report.write_outputs(job.output_dir, manifest, failures)
     local_temp = FileSystems.join(job.output_dir, ".tmp")

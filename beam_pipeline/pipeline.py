@@ -26,7 +26,7 @@ def build_pipeline(pipeline, job, shard_counts, temp_dir):
     """Adds the job's steps to `pipeline`; returns the PCollection of shard status dicts.
 
     Only rows (paths and labels) cross the shuffle; pixels stay inside the
-    WriteShards stage, which also feeds the statistics.
+    WriteShards stage, which reduces each image to 7 integers for the statistics.
     """
     rows = (pipeline
             | "CsvPath" >> beam.Create([job.input_csv])
@@ -46,7 +46,6 @@ def build_pipeline(pipeline, job, shard_counts, temp_dir):
     written = shards | "WriteShards" >> beam.ParDo(
         WriteShardFn(job.output_dir, job.preprocess, shard_counts, job.max_file_bytes)
     ).with_outputs(STATS_TAG, main="status")
-    # status: shard status dict; stats: {'image': float32 [S, S, 3], 'label': bytes} of train images
-    _ = written[STATS_TAG] | "Statistics" >> AnalyzeAndSave(
-        job.output_dir, job.preprocess.image_size, temp_dir)
+    # status: shard status dict; stats: RecordBatches of {'pixel_moments': int64 [7], 'label': bytes}
+    _ = written[STATS_TAG] | "Statistics" >> AnalyzeAndSave(job.output_dir, temp_dir)
     return written.status

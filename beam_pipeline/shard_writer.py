@@ -2,8 +2,8 @@
 
 One call handles one shard's rows, so pixels never leave the worker that
 decoded them: the shard file is written here, and what the statistics need
-goes out through a tagged output that fuses with tensorflow-transform's
-analysis in the same stage. A bad row never raises: it is recorded, with its
+goes out (7 integers per image) through a tagged output to
+tensorflow-transform's analysis. A bad row never raises: it is recorded, with its
 reason, in the shard's status file.
 """
 
@@ -13,6 +13,7 @@ import os
 import time
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -20,6 +21,7 @@ from beam_pipeline import source as csv_source
 from beam_pipeline.analysis import DESIRED_BATCH_SIZE, to_record_batch
 from beam_pipeline.records import frame_record, iter_records, make_example, parse_example
 from tf_serving_input import features
+from tf_serving_input.normalization import MOMENTS
 
 STATS_TAG = "stats"
 # Never read more than this from one file: a huge file is refused, not loaded.
@@ -89,9 +91,12 @@ class WriteShardFn(beam.DoFn):
     """((split, shard_index), [Row]) -> a shard file, its status file and one summary dict.
 
     Main output: the shard summary (as written to its status file).
-    Tagged output STATS_TAG: Arrow RecordBatches of {'image': float32 [S, S, 3],
-    'label': bytes} holding every image of the 'train' split, for
-    tensorflow-transform's analysis (at most DESIRED_BATCH_SIZE rows each).
+    Tagged output STATS_TAG: for 'train' shards, Arrow RecordBatches for
+    tensorflow-transform's analysis: one row holding the shard's total pixel
+    moments (label ''), then one row per written image holding its label (zero
+    moments). The totals are exact integers, also kept in the status file, so a
+    resumed shard re-emits exactly what a freshly written one did without
+    decoding anything.
     """
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=DEFAULT_MAX_FILE_BYTES,
@@ -107,51 +112,40 @@ class WriteShardFn(beam.DoFn):
         _configure_tensorflow_threads()
         import tensorflow as tf
 
-        from tf_serving_input.preprocessing import decode_stored_image, encode_image, preprocess_image
+        from tf_serving_input.normalization import pixel_moments
+        from tf_serving_input.preprocessing import encode_image, preprocess_image
 
         config = self._config
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
         def preprocess_and_encode(data):
-            encoded = encode_image(preprocess_image(data, config), config)
-            # Statistics describe the pixels training will read back, so a resumed shard
-            # (read from disk) contributes exactly what a freshly written one does.
-            return encoded, decode_stored_image(encoded, config.image_size)
-
-        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
-        def decode_stored(encoded):
-            return decode_stored_image(encoded, config.image_size)
+            image = preprocess_image(data, config)
+            return encode_image(image, config), pixel_moments(image)
 
         self._preprocess = preprocess_and_encode
-        self._decode_stored = decode_stored
         self._tf_error = tf.errors.OpError
 
     def _process_row(self, row):
-        """Returns (serialized example, stored pixels) or raises ValueError with the reason."""
+        """Returns (serialized example, pixel moments) or raises ValueError with the reason."""
         data = read_image_bytes(row.path, self._max_file_bytes)
         try:
-            encoded, pixels = self._preprocess(data)
+            encoded, moments = self._preprocess(data)
         except self._tf_error as error:
             raise ValueError(describe_decode_failure(data, error)) from None
         size = self._config.image_size
         example = make_example(encoded.numpy(), self._config.image_format, size, size,
                                row.source, row.key, row.label)
-        return example.SerializeToString(deterministic=True), pixels.numpy()
+        return example.SerializeToString(deterministic=True), moments.numpy()
 
-    def _stats_batches(self, instances):
-        """(uint8 pixels, label bytes) pairs -> tagged Arrow RecordBatches of DESIRED_BATCH_SIZE rows."""
-        batch = []
-        for instance in instances:
-            batch.append(instance)
-            if len(batch) == DESIRED_BATCH_SIZE:
-                yield self._to_record_batch(batch)
-                batch = []
-        if batch:
-            yield self._to_record_batch(batch)
-
-    def _to_record_batch(self, batch):
-        record_batch = to_record_batch([pixels for pixels, _ in batch], [label for _, label in batch])
-        return beam.pvalue.TaggedOutput(STATS_TAG, record_batch)
+    def _statistics(self, split, total_moments, labels):
+        """The shard's tagged RecordBatches for TFT (nothing for splits other than train)."""
+        if split != self._stats_split:
+            return
+        rows = [(np.asarray(total_moments, np.int64), b"")] + [(np.zeros(MOMENTS, np.int64), label)
+                                                               for label in labels]
+        for start in range(0, len(rows), DESIRED_BATCH_SIZE):
+            batch = rows[start:start + DESIRED_BATCH_SIZE]
+            yield beam.pvalue.TaggedOutput(STATS_TAG, to_record_batch([m for m, _ in batch], [lb for _, lb in batch]))
 
     def process(self, element):
         (split, shard_index), rows = element
@@ -166,29 +160,23 @@ class WriteShardFn(beam.DoFn):
             yield from self._write(split, shard_index, num_shards, name, rows, data_path, status_path)
 
     def _replay(self, split, status, data):
-        """A shard an earlier run completed: re-emit its statistics from the file, keep the file."""
-        if split == self._stats_split:
-            yield from self._stats_batches(self._stored_instances(data))
+        """A shard an earlier run completed: keep the file, re-emit its statistics from the status."""
+        labels = [parse_example(record).features.feature[features.LABEL_TEXT].bytes_list.value[0]
+                  for record in iter_records(data)]
+        yield from self._statistics(split, status["pixel_moments"], labels)
         yield dict(status, resumed=True)
-
-    def _stored_instances(self, data):
-        for record in iter_records(data):
-            feature = parse_example(record).features.feature
-            pixels = self._decode_stored(feature[features.IMAGE_ENCODED].bytes_list.value[0]).numpy()
-            yield pixels, feature[features.LABEL_TEXT].bytes_list.value[0]
 
     def _write(self, split, shard_index, num_shards, name, rows, data_path, status_path):
         started = time.time()
-        failed = []
-        counts = {"records": 0, "bytes": 0}
+        failed, labels = [], []
+        total_moments = np.zeros(MOMENTS, np.int64)
+        size = 0
         checksum = hashlib.sha256()
         temp_path = data_path + ".incomplete"
-
-        def written_instances(out):
-            """Writes each row's record; yields (stored pixels, label) of the rows written."""
+        with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
             for row in rows:
                 try:
-                    record, pixels = self._process_row(row)
+                    record, moments = self._process_row(row)
                 except Exception as error:  # Any per-row failure is recorded, never raised.
                     reason = str(error) if isinstance(error, ValueError) else f"unexpected {type(error).__name__}: {error}"
                     failed.append({"source": row.source, "key": row.key, "line": row.line,
@@ -197,28 +185,21 @@ class WriteShardFn(beam.DoFn):
                 framed = frame_record(record)
                 out.write(framed)
                 checksum.update(framed)
-                counts["bytes"] += len(framed)
-                counts["records"] += 1
-                yield pixels, row.label.encode("utf-8")
-
-        with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-            instances = written_instances(out)
-            if split == self._stats_split:
-                yield from self._stats_batches(instances)
-            else:
-                for _ in instances:
-                    pass
+                size += len(framed)
+                total_moments += moments
+                labels.append(row.label.encode("utf-8"))
         # The shard gets its final name only once complete, and counts as done only once
         # its status (with the checksum a resumed run verifies) exists.
         _replace(temp_path, data_path)
         status = {
             "name": name, "split": split, "index": shard_index, "num_shards": num_shards,
             "file": f"{features.DATA_DIR}/{name}{features.SHARD_SUFFIX}",
-            "rows": len(rows), "records": counts["records"], "failed": failed,
-            "bytes": counts["bytes"], "sha256": checksum.hexdigest(),
+            "rows": len(rows), "records": len(labels), "failed": failed,
+            "bytes": size, "sha256": checksum.hexdigest(), "pixel_moments": total_moments.tolist(),
             "started": round(started, 3), "seconds": round(time.time() - started, 3), "worker_pid": os.getpid(),
         }
         _write_json_atomically(status_path, status)
+        yield from self._statistics(split, total_moments, labels)
         yield dict(status, resumed=False)
 
 
@@ -231,7 +212,7 @@ def verified_shard(data_path, status_path, rows):
             data = f.read()
     except Exception:  # No status or no file: not complete.
         return None
-    if (status.get("rows") != rows or len(data) != status.get("bytes")
+    if ("pixel_moments" not in status or status.get("rows") != rows or len(data) != status.get("bytes")
             or hashlib.sha256(data).hexdigest() != status.get("sha256")):
         return None
     return status, data

@@ -59,7 +59,7 @@ def main(argv=None):
 
     keras.utils.set_random_seed(args.seed)
     config = load_preprocess_config(args.output_dir)
-    _, _, vocabulary = read_statistics(args.output_dir, config.image_size)
+    _, _, vocabulary = read_statistics(args.output_dir)
     if len(vocabulary) < 2:
         print(f"error: {args.output_dir} has {len(vocabulary)} label(s); a classifier needs at least 2",
               file=sys.stderr)

@@ -115,16 +115,18 @@ def test_transform_output_loads_and_holds_the_statistics(finished_run):
     _, out, _ = finished_run
     manifest = json.loads((out / features.MANIFEST_FILE).read_text())
     transform_output = tft.TFTransformOutput(str(out))
-    assert set(transform_output.raw_feature_spec()) == {features.RAW_IMAGE, features.RAW_LABEL}
+    assert set(transform_output.raw_feature_spec()) == {features.RAW_PIXEL_MOMENTS, features.RAW_LABEL}
     assert sorted(transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)) == [b"a", b"b", b"c"]
     stats = manifest["statistics"]
     assert len(stats["pixel_mean"]) == 3 and all(0 < m < 255 for m in stats["pixel_mean"])
     assert all(s > 1 for s in stats["pixel_std"])
-    # Normalizing a batch of the pixel mean gives zeros.
-    mean_image = tf.broadcast_to(tf.constant(stats["pixel_mean"], tf.float32), [1, SIZE, SIZE, 3])
-    outputs = transform_output.transform_raw_features({features.RAW_IMAGE: mean_image,
-                                                       features.RAW_LABEL: tf.constant(["b"])})
-    np.testing.assert_allclose(outputs[features.TRANSFORMED_IMAGE].numpy(), 0.0, atol=1e-4)
+    # The saved graph maps labels to vocabulary ids and holds the manifest's statistics.
+    outputs = transform_output.transform_raw_features({
+        features.RAW_PIXEL_MOMENTS: tf.zeros([2, 7], tf.int64), features.RAW_LABEL: tf.constant(["b", "zebra"])})
+    vocabulary = [v.decode() for v in transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
+    assert outputs[features.TRANSFORMED_LABEL].numpy().tolist() == [vocabulary.index("b"), features.UNKNOWN_LABEL_ID]
+    np.testing.assert_allclose(outputs[features.TRANSFORMED_PIXEL_MEAN].numpy()[0], stats["pixel_mean"], rtol=1e-6)
+    np.testing.assert_allclose(outputs[features.TRANSFORMED_PIXEL_STD].numpy()[0], stats["pixel_std"], rtol=1e-6)
 
 
 def test_inspect_prints_statistics_and_renders_a_contact_sheet(finished_run, tmp_path):

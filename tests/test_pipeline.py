@@ -52,7 +52,7 @@ def test_statistics_and_vocabulary_match_numpy(tmp_path):
                                      "validation-00000-of-00002", "validation-00001-of-00002"]),
                     label="EveryShardWritten")
 
-    mean, std, vocabulary = normalization.read_statistics(str(out), SIZE)
+    mean, std, vocabulary = normalization.read_statistics(str(out))
     expected = np.stack(train_pixels).reshape(-1, 3).astype(np.float64)
     np.testing.assert_allclose(mean, expected.mean(axis=0), rtol=1e-5)
     np.testing.assert_allclose(std, expected.std(axis=0), rtol=1e-4)  # Population std, as tft.var.
@@ -66,10 +66,16 @@ def test_arrow_batches_match_tfx_bsl_layout():
 
     from beam_pipeline.analysis import tensor_adapter_config, to_record_batch
 
-    images = [np.full((SIZE, SIZE, 3), i, np.uint8) for i in range(3)]
+    moments = [np.arange(7, dtype=np.int64) * i for i in range(3)]
     labels = [b"a", b"", b"c"]
-    converter = tensor_to_arrow.TensorsToRecordBatchConverter(normalization.raw_batch_type_specs(SIZE))
-    expected = converter.convert({"image": tf.constant(np.stack(images).astype(np.float32)),
-                                  "label": tf.constant(labels)})
-    assert to_record_batch(images, labels).equals(expected)
-    assert tensor_adapter_config(SIZE).arrow_schema.equals(expected.schema)
+    converter = tensor_to_arrow.TensorsToRecordBatchConverter(normalization.raw_batch_type_specs())
+    expected = converter.convert({"pixel_moments": tf.constant(np.stack(moments)), "label": tf.constant(labels)})
+    assert to_record_batch(moments, labels).equals(expected)
+    assert tensor_adapter_config().arrow_schema.equals(expected.schema)
+
+
+def test_pixel_moments_are_exact():
+    image = np.random.default_rng(1).integers(0, 256, size=(9, 7, 3), dtype=np.uint8)
+    moments = normalization.pixel_moments(image).numpy()
+    pixels = image.reshape(-1, 3).astype(np.int64)
+    assert moments.tolist() == pixels.sum(0).tolist() + (pixels ** 2).sum(0).tolist() + [63]

@@ -18,9 +18,8 @@ IMAGE_KEY = "image/key"
 LABEL_TEXT = "label/text"
 
 # Raw and transformed feature names of the tensorflow-transform graph.
-RAW_IMAGE = "image"
+RAW_PIXEL_MOMENTS = "pixel_moments"
 RAW_LABEL = "label"
-TRANSFORMED_IMAGE = "image"
 TRANSFORMED_LABEL = "label"
 TRANSFORMED_PIXEL_MEAN = "pixel_mean"
 TRANSFORMED_PIXEL_STD = "pixel_std"

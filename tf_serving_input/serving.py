@@ -4,8 +4,9 @@
 
 The exported SavedModel decodes, orients and resizes each request image with
 the very functions the Beam job used (`preprocessing.preprocess_image`), then
-normalizes with the tensorflow-transform graph the job saved, then runs the
-model. Nothing here re-implements a preprocessing step.
+normalizes with `normalization.normalize_images` and the statistics held by
+the tensorflow-transform graph the job saved (the reader does the same), then
+runs the model. Nothing here re-implements a preprocessing step.
 """
 
 import tensorflow as tf
@@ -13,7 +14,7 @@ import tensorflow_transform as tft
 
 from tf_serving_input import features
 from tf_serving_input.features import load_preprocess_config
-from tf_serving_input.normalization import read_statistics
+from tf_serving_input.normalization import normalize_images, read_statistics
 from tf_serving_input.preprocessing import decode_stored_image, preprocess_image
 
 # TensorFlow Serving's REST API takes {"b64": ...} for inputs whose name ends in "_bytes".
@@ -30,8 +31,9 @@ class ServingModule(tf.Module):
         super().__init__()
         self.config = load_preprocess_config(output_dir)
         self.model = model
-        self.transform_layer = tft.TFTransformOutput(output_dir).transform_features_layer()
-        _, _, vocabulary = read_statistics(output_dir, self.config.image_size)
+        mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
+        self.mean = tf.constant(mean, tf.float32)
+        self.std = tf.constant(std, tf.float32)
         self.vocabulary = tf.constant(vocabulary or [""], tf.string)
         self.num_classes = len(vocabulary)
         size = self.config.image_size
@@ -64,9 +66,8 @@ class ServingModule(tf.Module):
         self.model_inputs = model_inputs
 
     def normalize(self, images):
-        """uint8 [B, S, S, 3] -> the normalized float32 batch, via the saved TFT graph."""
-        transformed = self.transform_layer({features.RAW_IMAGE: tf.cast(images, tf.float32)})
-        return transformed[features.TRANSFORMED_IMAGE]
+        """uint8 [B, S, S, 3] -> the normalized float32 batch, with the job's statistics."""
+        return normalize_images(images, self.mean, self.std)
 
     def _predict(self, images):
         outputs = self.model(self.normalize(images), training=False)
