@@ -83,8 +83,9 @@ def build_parser():
                         help="Refuse images whose header claims more pixels, before decoding them.")
     parser.add_argument("--jpeg_shrink_on_load", action=argparse.BooleanOptionalAction,
                         default=PreprocessConfig.jpeg_shrink_on_load,
-                        help="Decode JPEGs much larger than --image_size at 1/2, 1/4 or 1/8 scale in "
-                             "the DCT domain (faster; see docs/benchmarks.md for the quality cost).")
+                        help="Decode JPEGs at least twice --image_size at 1/2, 1/4 or 1/8 scale in the "
+                             "DCT domain: 1.9x faster on 2.6 MP photos at 44.7 dB PSNR against full "
+                             "decode (docs/benchmarks.md); --no-jpeg_shrink_on_load decodes in full.")
     parser.add_argument("--max_file_bytes", type=int, default=DEFAULT_MAX_FILE_BYTES,
                         help="Refuse files larger than this many bytes without reading them whole.")
     parser.add_argument("--overwrite", action="store_true",
