@@ -19,7 +19,6 @@ import argparse
 import csv
 import datetime
 import glob
-import io
 import json
 import multiprocessing
 import os
