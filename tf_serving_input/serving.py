@@ -42,9 +42,7 @@ class ServingModule(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
         def serve_image_bytes(image_bytes):
             """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
-            images = tf.map_fn(lambda data: preprocess_image(data, self.config), image_bytes,
-                               fn_output_signature=self._image_spec)
-            return self._predict(images)
+            return self._predict(self._preprocess_batch(image_bytes))
 
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
         def serve_examples(examples):
@@ -57,13 +55,16 @@ class ServingModule(tf.Module):
         @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
         def model_inputs(image_bytes):
             """Raw encoded images -> the normalized tensor the model sees (for parity checks)."""
-            images = tf.map_fn(lambda data: preprocess_image(data, self.config), image_bytes,
-                               fn_output_signature=self._image_spec)
-            return self.normalize(images)
+            return self.normalize(self._preprocess_batch(image_bytes))
 
         self.serve_image_bytes = serve_image_bytes
         self.serve_examples = serve_examples
         self.model_inputs = model_inputs
+
+    def _preprocess_batch(self, image_bytes):
+        """Raw encoded images -> uint8 [B, S, S, 3], with the Beam job's preprocessing."""
+        return tf.map_fn(lambda data: preprocess_image(data, self.config), image_bytes,
+                         fn_output_signature=self._image_spec)
 
     def normalize(self, images):
         """uint8 [B, S, S, 3] -> the normalized float32 batch, with the job's statistics."""
