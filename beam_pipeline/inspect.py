@@ -33,6 +33,7 @@ def sample_records(output_dir, manifest, count, split=None):
     from tf_serving_input.preprocessing import decode_stored_image
 
     size = manifest["config"]["preprocess"]["image_size"]
+    image_format = manifest["config"]["preprocess"]["image_format"]
     files = [os.path.join(output_dir, shard["file"]) for shard in manifest["shards"]
              if shard["records"] and (split is None or shard["split"] == split)]
     spec = {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
@@ -41,7 +42,7 @@ def sample_records(output_dir, manifest, count, split=None):
     samples = []
     for record in tf.data.TFRecordDataset(files).take(count):
         parsed = tf.io.parse_single_example(record, spec)
-        samples.append((decode_stored_image(parsed[features.IMAGE_ENCODED], size).numpy(),
+        samples.append((decode_stored_image(parsed[features.IMAGE_ENCODED], size, image_format).numpy(),
                         parsed[features.LABEL_TEXT].numpy().decode("utf-8"),
                         parsed[features.IMAGE_SOURCE].numpy().decode("utf-8")))
     return samples

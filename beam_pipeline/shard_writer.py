@@ -113,7 +113,7 @@ class WriteShardFn(beam.DoFn):
         import tensorflow as tf
 
         from tf_serving_input.normalization import pixel_moments
-        from tf_serving_input.preprocessing import encode_image, preprocess_image
+        from tf_serving_input.preprocessing import encode_image, preprocess_image, stored_bytes
 
         config = self._config
 
@@ -123,6 +123,7 @@ class WriteShardFn(beam.DoFn):
             return encode_image(image, config), pixel_moments(image)
 
         self._preprocess = preprocess_and_encode
+        self._stored_bytes = stored_bytes
         self._tf_error = tf.errors.OpError
 
     def _process_row(self, row):
@@ -133,7 +134,7 @@ class WriteShardFn(beam.DoFn):
         except self._tf_error as error:
             raise ValueError(describe_decode_failure(data, error)) from None
         size = self._config.image_size
-        example = make_example(encoded.numpy(), self._config.image_format, size, size,
+        example = make_example(self._stored_bytes(encoded), self._config.image_format, size, size,
                                row.source, row.key, row.label)
         return example.SerializeToString(deterministic=True), moments.numpy()
 

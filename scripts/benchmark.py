@@ -162,16 +162,17 @@ def _bare_init(config_values):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     from tf_serving_input.features import PreprocessConfig
-    from tf_serving_input.preprocessing import encode_image, preprocess_image
+    from tf_serving_input.preprocessing import encode_image, preprocess_image, stored_bytes
 
     config = PreprocessConfig.from_dict(config_values)
+    _BARE["bytes"] = stored_bytes
     _BARE["fn"] = tf.function(lambda data: encode_image(preprocess_image(data, config), config),
                               input_signature=[tf.TensorSpec([], tf.string)])
 
 
 def _bare_work(path):
     with open(path, "rb") as f:
-        return len(_BARE["fn"](f.read()).numpy())
+        return len(_BARE["bytes"](_BARE["fn"](f.read())))
 
 
 def bare_loop_rate(paths, config_values):
@@ -260,7 +261,8 @@ def parity_error(output_dir, raw_by_source, count=100):
     records = tf.data.TFRecordDataset(shard_files(output_dir, "train")).take(count)
     for record in records:
         feature = tf.train.Example.FromString(record.numpy()).features.feature
-        stored = decode_stored_image(feature["image/encoded"].bytes_list.value[0], config.image_size).numpy()
+        stored = decode_stored_image(feature["image/encoded"].bytes_list.value[0], config.image_size,
+                                     config.image_format).numpy()
         source = feature["image/source"].bytes_list.value[0].decode()
         fresh = preprocess_image(raw_by_source(source), config).numpy()
         difference = np.abs(stored.astype(np.float64) - fresh) / std

@@ -83,7 +83,7 @@ def written_images(out):
         for record in tf.data.TFRecordDataset(str(path)):
             feature = tf.train.Example.FromString(record.numpy()).features.feature
             source = feature[features.IMAGE_SOURCE].bytes_list.value[0].decode()
-            image = decode_stored_image(feature[features.IMAGE_ENCODED].bytes_list.value[0], SIZE).numpy()
+            image = decode_stored_image(feature[features.IMAGE_ENCODED].bytes_list.value[0], SIZE, "png").numpy()
             images.setdefault(source, []).append((feature[features.IMAGE_KEY].bytes_list.value[0], image))
     return images
 

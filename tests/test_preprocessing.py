@@ -185,14 +185,23 @@ def test_shrink_index_keeps_the_needed_side():
     assert index(300, 400, "stretch") == 0
 
 
-@pytest.mark.parametrize("image_format,tolerance", [("png", 0), ("jpeg", 6)])
+@pytest.mark.parametrize("image_format,tolerance", [("png", 0), ("jpeg", 6), ("raw", 0)])
 def test_encode_and_decode_stored_round_trip(image_format, tolerance):
     config = PreprocessConfig(image_size=32, image_format=image_format)
     image = pp.preprocess_image(imaging.encode(BASE, "PNG"), config)
-    stored = pp.encode_image(image, config)
-    assert pp.sniff_format(stored).numpy() == (0 if image_format == "jpeg" else 1)
-    restored = pp.decode_stored_image(stored, 32).numpy()
+    stored = pp.stored_bytes(pp.encode_image(image, config))
+    assert isinstance(stored, bytes)
+    if image_format == "raw":
+        assert len(stored) == 32 * 32 * 3
+    else:
+        assert pp.sniff_format(stored).numpy() == (0 if image_format == "jpeg" else 1)
+    restored = pp.decode_stored_image(stored, 32, image_format).numpy()
     assert np.abs(restored.astype(int) - image.numpy()).mean() <= tolerance
+
+
+def test_raw_record_of_the_wrong_length_is_refused():
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        pp.decode_stored_image(b"\x00" * (32 * 32 * 3 - 1), 32, "raw")
 
 
 def test_real_photos_decode_upright(sample_photos):

@@ -20,7 +20,7 @@ LABELS = ["cat", "dog", "cat", "bird", "dog", "cat", "bird", "cat", "dog", "cat"
 # Allowed (largest, mean) |reader - serving| difference in normalized units (pixel / std) per storage
 # format. PNG storage is lossless: only float rounding differs. JPEG storage (quality 95, 4:4:4)
 # loses a little; measured here: see the closing note of the reader issue and the README.
-PARITY_TOLERANCE = {"png": (1e-5, 1e-6), "jpeg": (0.5, 0.05)}
+PARITY_TOLERANCE = {"png": (1e-5, 1e-6), "raw": (1e-5, 1e-6), "jpeg": (0.5, 0.05)}
 
 
 def build_dataset(folder, sample_photos):
@@ -49,7 +49,7 @@ def job_outputs(tmp_path_factory, sample_photos):
     folder = tmp_path_factory.mktemp("parity")
     rows = build_dataset(folder, sample_photos)
     outputs = {}
-    for image_format in ("png", "jpeg"):
+    for image_format in PARITY_TOLERANCE:
         out = folder / f"out_{image_format}"
         result = subprocess.run(
             [sys.executable, "-m", "beam_pipeline", "--input_csv", str(folder / "in.csv"),
@@ -149,14 +149,14 @@ def test_export_signatures_inputs_and_outputs(job_outputs, tmp_path):
     assert shown.returncode == 0 and "image_bytes" in shown.stdout and "serving_examples" in shown.stdout
 
 
-@pytest.mark.parametrize("image_format", ["png", "jpeg"])
+@pytest.mark.parametrize("image_format", sorted(PARITY_TOLERANCE))
 def test_train_serve_parity(job_outputs, tmp_path, image_format):
     """The reader's tensor for each image equals what serving feeds the model from the original bytes."""
     outputs, folder, _ = job_outputs
     output_dir = outputs[image_format]
     identity = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Identity()])
-    serve = tf.saved_model.load(export_serving_model(identity, output_dir, str(tmp_path / "id"))).signatures[
-        "serving_default"]
+    signatures = tf.saved_model.load(export_serving_model(identity, output_dir, str(tmp_path / "id"))).signatures
+    serve = signatures["serving_default"]
 
     dataset = make_dataset(output_dir, "train", batch_size=64, training=False, cycle_length=1)
     from_reader = np.concatenate([x.numpy() for x, _ in dataset])
@@ -170,6 +170,10 @@ def test_train_serve_parity(job_outputs, tmp_path, image_format):
           f"mean = {difference.mean():.6f} (normalized units)")
     largest, mean = PARITY_TOLERANCE[image_format]
     assert difference.max() <= largest and difference.mean() <= mean
+
+    # Serving the stored records themselves ('serving_examples') feeds the model what the reader yields.
+    records = tf.stack(list(tf.data.TFRecordDataset(shard_files(output_dir, "train"))))
+    np.testing.assert_array_equal(signatures["serving_examples"](examples=records)["scores"].numpy(), from_reader)
 
 
 def test_train_script_trains_exports_and_serves(job_outputs, tmp_path):

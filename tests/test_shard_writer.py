@@ -44,7 +44,8 @@ def parse_shard(path, image_size):
             "size": (feature[features.IMAGE_HEIGHT].int64_list.value[0],
                      feature[features.IMAGE_WIDTH].int64_list.value[0],
                      feature[features.IMAGE_CHANNELS].int64_list.value[0]),
-            "pixels": decode_stored_image(feature[features.IMAGE_ENCODED].bytes_list.value[0], image_size).numpy(),
+            "pixels": decode_stored_image(feature[features.IMAGE_ENCODED].bytes_list.value[0], image_size,
+                                          feature[features.IMAGE_FORMAT].bytes_list.value[0].decode()).numpy(),
         })
     return examples
 

@@ -29,7 +29,7 @@ LABEL_VOCABULARY = "label"
 UNKNOWN_LABEL_ID = -1
 
 RESIZE_MODES = ("center_crop", "pad", "stretch")
-IMAGE_FORMATS = ("jpeg", "png")
+IMAGE_FORMATS = ("jpeg", "png", "raw")
 
 # Output folder layout (see README "Output contract").
 DATA_DIR = "data"
@@ -48,7 +48,9 @@ class PreprocessConfig:
       image_size: side of the square output image, in pixels.
       resize_mode: 'center_crop' (shorter side to image_size, then center crop),
         'pad' (longer side to image_size, then pad with black) or 'stretch'.
-      image_format: storage encoding of the preprocessed image, 'jpeg' or 'png'.
+      image_format: storage encoding of the preprocessed image: 'jpeg', lossless
+        'png', or 'raw' (lossless uint8 pixels, row-major [S, S, 3]: the reader
+        decodes nothing).
       jpeg_quality: JPEG quality used when image_format is 'jpeg'.
       max_pixels: images whose header claims more pixels are refused undecoded.
       jpeg_shrink_on_load: decode large JPEGs at a reduced DCT scale (1/2, 1/4,

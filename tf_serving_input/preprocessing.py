@@ -334,17 +334,34 @@ def preprocess_image(data, config=PreprocessConfig()):
 
 
 def encode_image(image, config=PreprocessConfig()):
-    """Encodes a preprocessed uint8 image in the configured storage format."""
+    """Encodes a preprocessed uint8 image in the configured storage format.
+
+    Returns a scalar string tensor for 'jpeg' and 'png'. For 'raw' it returns the
+    uint8 pixels unchanged: TensorFlow has no op that emits a tensor's bytes, so
+    `stored_bytes` does that on the host.
+    """
     if config.image_format == "jpeg":
         # Full-resolution chroma (4:4:4): ~25% more bytes than 4:2:0 at quality 95, but it
         # halves the worst train/serve pixel difference on colour edges (see README).
         return tf.io.encode_jpeg(image, quality=config.jpeg_quality, chroma_downsampling=False)
-    return tf.io.encode_png(image)
+    if config.image_format == "png":
+        return tf.io.encode_png(image)
+    return image
 
 
-def decode_stored_image(encoded, image_size):
-    """Decodes an image the Beam job stored (JPEG or PNG) into uint8 [S, S, 3]."""
-    image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8, expand_animations=False)
+def stored_bytes(encoded):
+    """The bytes to store for an evaluated `encode_image` result (raw: row-major HWC pixels)."""
+    value = encoded.numpy() if hasattr(encoded, "numpy") else encoded
+    return value if isinstance(value, bytes) else value.tobytes()
+
+
+def decode_stored_image(encoded, image_size, image_format):
+    """Decodes one image the Beam job stored (`image_format` 'jpeg', 'png' or 'raw') into uint8 [S, S, 3]."""
+    if image_format == "raw":
+        # A record of the wrong length fails the reshape, naming both sizes.
+        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [image_size, image_size, 3])
+    else:
+        image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8, expand_animations=False)
     image.set_shape([image_size, image_size, 3])
     return image
 

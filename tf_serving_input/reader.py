@@ -117,7 +117,8 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
 
     def parse_and_decode(record):
         parsed = tf.io.parse_single_example(record, _RECORD_SPEC)
-        return decode_stored_image(parsed[features.IMAGE_ENCODED], config.image_size), parsed[features.LABEL_TEXT]
+        image = decode_stored_image(parsed[features.IMAGE_ENCODED], config.image_size, config.image_format)
+        return image, parsed[features.LABEL_TEXT]
 
     dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,

@@ -48,7 +48,8 @@ class ServingModule(tf.Module):
         def serve_examples(examples):
             """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""
             parsed = tf.io.parse_example(examples, {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string)})
-            images = tf.map_fn(lambda data: decode_stored_image(data, size), parsed[features.IMAGE_ENCODED],
+            images = tf.map_fn(lambda data: decode_stored_image(data, size, self.config.image_format),
+                               parsed[features.IMAGE_ENCODED],
                                fn_output_signature=self._image_spec)
             return self._predict(images)
 
