@@ -17,4 +17,6 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path):
         assert f"| {name} |" in result.stdout, name
     report = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "## Ratios against targets" in report and "## Where the time goes" in report
+    for image_format in ("raw", "jpeg", "png"):  # Every storage format is measured.
+        assert f"| {image_format} |" in report, image_format
     assert (tmp_path / "docs" / "benchmark_throughput.png").read_bytes().startswith(b"\x89PNG")

@@ -98,10 +98,10 @@ def test_output_contract_and_row_accounting(finished_run):
         examples = list(read_examples(out / shard["file"]))
         assert len(examples) == shard["records"]
         for example in examples:
-            assert example[features.IMAGE_FORMAT] == b"jpeg"
+            assert example[features.IMAGE_FORMAT] == b"raw"  # The default.
             assert (example[features.IMAGE_HEIGHT], example[features.IMAGE_WIDTH],
                     example[features.IMAGE_CHANNELS]) == (SIZE, SIZE, 3)
-            image = decode_stored_image(example[features.IMAGE_ENCODED], SIZE, "jpeg").numpy()
+            image = decode_stored_image(example[features.IMAGE_ENCODED], SIZE, "raw").numpy()
             assert image.shape == (SIZE, SIZE, 3)
             seen[example[features.IMAGE_SOURCE].decode()] = (example[features.LABEL_TEXT].decode(), split,
                                                             example[features.IMAGE_KEY].decode())

@@ -86,13 +86,18 @@ def test_reader_shapes_labels_and_normalization(job_outputs):
     assert sorted(np.concatenate(labels).tolist()) == sorted(expected)
 
 
-def test_reader_is_deterministic_when_not_training_and_batches_when_training(job_outputs):
-    outputs, _, _ = job_outputs
-    first = [x.numpy() for x, _ in make_dataset(outputs["jpeg"], "train", batch_size=5, training=False)]
-    second = [x.numpy() for x, _ in make_dataset(outputs["jpeg"], "train", batch_size=5, training=False)]
-    assert len(first) == len(second) and all(np.array_equal(a, b) for a, b in zip(first, second))
-    assert first[-1].shape[0] == 13 - 5 * 2  # The last partial batch is kept for evaluation.
-    training = make_dataset(outputs["jpeg"], "train", batch_size=5, training=True, repeat=True, seed=3)
+@pytest.mark.parametrize("image_format", ["raw", "jpeg"])  # Batch-wise and per-image decoding.
+def test_reader_is_deterministic_when_not_training_and_batches_when_training(job_outputs, image_format):
+    outputs, _, rows = job_outputs
+    first = [(x.numpy(), y.numpy()) for x, y in make_dataset(outputs[image_format], "train", 5, training=False)]
+    second = [(x.numpy(), y.numpy()) for x, y in make_dataset(outputs[image_format], "train", 5, training=False)]
+    assert len(first) == len(second) and all(
+        np.array_equal(a, b) and np.array_equal(la, lb) for (a, la), (b, lb) in zip(first, second))
+    train_rows = sum(1 for _, _, split in rows if split == "train")
+    assert train_rows == 13 and first[-1][0].shape[0] == 13 - 5 * 2  # The last partial batch is kept.
+    assert sum(labels.shape[0] for _, labels in first) == 13 and all(
+        labels.shape[0] == images.shape[0] for images, labels in first)
+    training = make_dataset(outputs[image_format], "train", batch_size=5, training=True, repeat=True, seed=3)
     for images, labels in training.take(4):
         assert images.shape == (5, SIZE, SIZE, 3) and labels.shape == (5,)  # Full batches, augmented.
         assert np.isfinite(images.numpy()).all()

@@ -106,7 +106,7 @@ def test_good_and_bad_rows(tmp_path, sample_photos):
     with open(sample_photos[0][0], "rb") as f:
         files.append(("photo.jpg", f.read(), sample_photos[0][1]))
     rows = make_rows(tmp_path, files)
-    config = PreprocessConfig(image_size=32)
+    config = PreprocessConfig(image_size=32, image_format="jpeg")
     out, status = run_writer(tmp_path, rows, config, max_file_bytes=100_000)
 
     assert {f["source"]: f["error"] for f in status["failed"]} == EXPECTED_FAILURES

