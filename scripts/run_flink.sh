@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# Runs the job on Apache Flink through Beam's Flink job server (a Java jar fetched with Maven by
-# scripts/flink_job_server.sh into .cache/flink/; needs Java 17 and Maven, no Docker).
+# Runs the job on Apache Flink through Beam's Flink job server, a Java program that
+# scripts/flink_job_server.sh obtains with Maven into .cache/flink/ once (the official job server
+# jar if Maven Central serves it, else a launcher built from scripts/flink/pom.xml). Needs Java 17
+# and Maven; no Docker.
 #
 #   scripts/run_flink.sh --input_csv CSV --output_dir DIR [job flags] [Beam flags]
 #
 # Default: an embedded Flink cluster inside the job server's JVM (--flink_master=[local]) with the
-# Python SDK workers in this process (--environment_type=LOOPBACK).
+# Python SDK workers in this process (--environment_type=LOOPBACK); or run them in a worker pool
+# (--environment_type=EXTERNAL --environment_config=localhost:50000, see below).
 # A standing cluster: add --flink_master=HOST:8081 (its JobManager REST address). Its task managers
 # then run the Python workers, so also give an environment they can start, e.g.
 #   --environment_type=DOCKER --sdk_container_image=IMAGE   (IMAGE built from ./Dockerfile), or
 #   --environment_type=EXTERNAL --environment_config=localhost:50000  (a Beam worker pool,
 #     python -m apache_beam.runners.worker.worker_pool_main --service_port=50000, beside each
-#     task manager, with this project installed)
+#     task manager, with this project installed and that python first on the pool's PATH)
 # and paths every task manager can reach (gs://, s3:// inputs; a shared or gs:// --output_dir).
+# Its Flink version is the job server's (1.19 for the launcher): use a cluster of that version.
+# --flink_job_server_jar=JAR uses another job server jar instead (then no Maven is needed).
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" ""
-FLINK_VERSION="${FLINK_VERSION:-1.20}"
-export FLINK_VERSION
-JAR="$(bash scripts/flink_job_server.sh)"
 args=("$@")
 has_flag() {
   local arg
@@ -34,8 +36,12 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 has_flag --flink_master || args+=("--flink_master=$master")
+# (--flink_version is ignored by Beam once a job server jar is given, so it is not passed.)
+if ! has_flag --flink_job_server_jar; then
+  JAR="$(bash scripts/flink_job_server.sh)"
+  args+=("--flink_job_server_jar=$JAR")
+fi
 if ! has_flag --environment_type && { [ "$master" = "[local]" ] || [ "$master" = "[auto]" ]; }; then
   args+=("--environment_type=LOOPBACK")
 fi
-exec .venv/bin/python -m beam_pipeline --runner=FlinkRunner --flink_version="$FLINK_VERSION" \
-    --flink_job_server_jar="$JAR" "${args[@]}"
+exec .venv/bin/python -m beam_pipeline --runner=FlinkRunner "${args[@]}"

@@ -1,5 +1,28 @@
 #!/usr/bin/env bash
-# Sets up .venv if needed and runs the whole test suite: scripts/test.sh [pytest args]
+# Sets up .venv if needed and runs the whole test suite (what CI runs, through .ci/run):
+#   scripts/test.sh [pytest args]
+# 1. the unit tests: pytest over tests/ (the pytest args apply here; tests/test_flink.py is
+#    skipped in this step, FLINK_JOB_SERVER_JAR being unset);
+# 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven).
+# Both steps always run; the script fails if either fails. SKIP_FLINK=1 runs step 1 only.
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" "[test]"
-exec .venv/bin/python -m pytest tests "$@"
+
+echo "== Unit tests (pytest tests) =="
+unit=0
+env -u FLINK_JOB_SERVER_JAR .venv/bin/python -m pytest tests "$@" || unit=$?
+
+flink=0
+if [ -n "${SKIP_FLINK:-}" ]; then
+  echo "== Flink integration test: skipped (SKIP_FLINK is set) =="
+else
+  echo "== Flink integration test (scripts/flink_integration_test.sh) =="
+  BEAM_IMAGE_PIPELINE_VENV_READY=1 bash scripts/flink_integration_test.sh || flink=$?
+  if [ "$flink" -eq 2 ]; then
+    echo "(Java 17 and Maven are needed for this step; SKIP_FLINK=1 scripts/test.sh skips it)" >&2
+  fi
+fi
+
+echo "== Summary: unit tests exit $unit, Flink integration test exit $flink =="
+if [ "$unit" -ne 0 ]; then exit "$unit"; fi
+exit "$flink"

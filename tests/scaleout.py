@@ -152,3 +152,31 @@ def assert_same_output(expected_out, actual_out):
         assert got[key] == want[key], key
     assert got == want
     assert errors(actual_out) == errors(expected_out)
+
+
+def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600):
+    """Like `run_job`, but the job runs in its own process group, all of it killed at `timeout`.
+
+    For runners whose launcher starts helper processes (e.g. the FlinkRunner's Java job server),
+    which `subprocess.run`'s timeout would leave running. A timeout raises AssertionError with
+    the end of the job's output, so a stuck job fails the test instead of blocking it.
+    """
+    command = job_command(csv_path, out, *extra)
+    run_env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="3")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=run_env, cwd=cwd, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"the job did not finish within {timeout} s and was killed:\n"
+                             f"{stdout[-2000:]}{stderr[-6000:]}")
+    try:  # Helpers that outlived the job (they would hold ports and CPU).
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
