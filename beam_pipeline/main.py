@@ -130,6 +130,12 @@ def _local_runner(pipeline_options):
     """
     if pipeline_options.view_as(StandardOptions).runner != job_options.DEFAULT_RUNNER:
         return None
+    # One TensorFlow thread per worker process, as there is one worker per core. WriteShardFn.setup
+    # asks for that too, but only takes effect where nothing has started TF's runtime yet; a worker
+    # that had (measured: one of two) ran with default pools, oversubscribing the cores. TF reads
+    # these variables when its runtime starts; the workers inherit them.
+    for variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        os.environ.setdefault(variable, "1")
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
