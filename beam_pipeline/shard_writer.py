@@ -26,6 +26,11 @@ from tf_serving_input.normalization import MOMENTS
 STATS_TAG = "stats"
 # Never read more than this from one file: a huge file is refused, not loaded.
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
+# Rows preprocessed per TensorFlow call: each call costs ~0.3 ms of Python and dispatch on top
+# of ~3 ms of work; 8 per call measured 2.5-2.6 vs 2.8-3.4 ms per image. The byte budget bounds
+# the encoded files held at once.
+ROWS_PER_CALL = 8
+BYTES_PER_CALL = 32 * 1024 * 1024
 
 
 def shard_paths(output_dir, name):
@@ -116,27 +121,76 @@ class WriteShardFn(beam.DoFn):
         from tf_serving_input.preprocessing import encode_image, preprocess_image, stored_bytes
 
         config = self._config
+        size = config.image_size
+        encoded_spec = (tf.TensorSpec([size, size, 3], tf.uint8) if config.image_format == "raw"
+                        else tf.TensorSpec([], tf.string))
 
-        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
-        def preprocess_and_encode(data):
-            image = preprocess_image(data, config)
-            return encode_image(image, config), pixel_moments(image)
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def preprocess_and_encode(datas):
+            def one(data):
+                image = preprocess_image(data, config)
+                return encode_image(image, config), pixel_moments(image)
+
+            # parallel_iterations=1: one decoded source image (up to max_pixels) alive at a time.
+            return tf.map_fn(one, datas, fn_output_signature=(encoded_spec, tf.TensorSpec([MOMENTS], tf.int64)),
+                             parallel_iterations=1)
 
         self._preprocess = preprocess_and_encode
         self._stored_bytes = stored_bytes
         self._tf_error = tf.errors.OpError
 
-    def _process_row(self, row):
-        """Returns (serialized example, pixel moments) or raises ValueError with the reason."""
-        data = read_image_bytes(row.path, self._max_file_bytes)
+    def _preprocess_datas(self, datas):
+        """[(encoded, moments) or ValueError] for file contents, in order, with one TF call when all succeed."""
+        if not datas:
+            return []
         try:
-            encoded, moments = self._preprocess(data)
-        except self._tf_error as error:
-            raise ValueError(describe_decode_failure(data, error)) from None
-        size = self._config.image_size
-        example = make_example(self._stored_bytes(encoded), self._config.image_format, size, size,
-                               row.source, row.key, row.label)
-        return example.SerializeToString(deterministic=True), moments.numpy()
+            encoded, moments = self._preprocess(datas)
+            return list(zip(encoded.numpy(), moments.numpy()))
+        except self._tf_error:
+            pass  # Some image failed: redo them one at a time to tell which, and why.
+        results = []
+        for data in datas:
+            try:
+                encoded, moments = self._preprocess([data])
+                results.append((encoded.numpy()[0], moments.numpy()[0]))
+            except self._tf_error as error:
+                results.append(ValueError(describe_decode_failure(data, error)))
+        return results
+
+    def _process_rows(self, rows):
+        """Yields (row, (serialized example, pixel moments) or the exception that failed it), in order.
+
+        Streams: at most ROWS_PER_CALL files (and BYTES_PER_CALL bytes) are held at once.
+        """
+        pending, datas = [], []  # pending: [row, outcome or None (awaiting its TF call)]
+
+        def flush():
+            results = iter(self._preprocess_datas(datas))
+            for entry in pending:
+                row = entry[0]
+                if entry[1] is None:
+                    result = next(results)
+                    if not isinstance(result, Exception):
+                        example = make_example(self._stored_bytes(result[0]), self._config.image_format,
+                                               self._config.image_size, self._config.image_size,
+                                               row.source, row.key, row.label)
+                        result = (example.SerializeToString(deterministic=True), result[1])
+                    entry[1] = result
+                yield row, entry[1]
+            pending.clear()
+            datas.clear()
+
+        for row in rows:
+            try:
+                data = read_image_bytes(row.path, self._max_file_bytes)
+            except Exception as error:  # Recorded as the row's failure by the caller.
+                pending.append([row, error])
+                continue
+            if datas and (len(datas) >= ROWS_PER_CALL or sum(map(len, datas)) + len(data) > BYTES_PER_CALL):
+                yield from flush()
+            datas.append(data)
+            pending.append([row, None])
+        yield from flush()
 
     def _statistics(self, split, total_moments, labels):
         """The shard's tagged RecordBatches for TFT (nothing for splits other than train)."""
@@ -175,14 +229,14 @@ class WriteShardFn(beam.DoFn):
         checksum = hashlib.sha256()
         temp_path = data_path + ".incomplete"
         with FileSystems.create(temp_path, compression_type=CompressionTypes.UNCOMPRESSED) as out:
-            for row in rows:
-                try:
-                    record, moments = self._process_row(row)
-                except Exception as error:  # Any per-row failure is recorded, never raised.
+            for row, outcome in self._process_rows(rows):
+                if isinstance(outcome, Exception):  # Any per-row failure is recorded, never raised.
+                    error = outcome
                     reason = str(error) if isinstance(error, ValueError) else f"unexpected {type(error).__name__}: {error}"
                     failed.append({"source": row.source, "key": row.key, "line": row.line,
                                    "split": row.split, "error": reason})
                     continue
+                record, moments = outcome
                 framed = frame_record(record)
                 out.write(framed)
                 checksum.update(framed)

@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import imaging
-from beam_pipeline import source
+from beam_pipeline import shard_writer, source
 from beam_pipeline.shard_writer import STATS_TAG, WriteShardFn, read_image_bytes
 from tf_serving_input import features
 from tf_serving_input.features import PreprocessConfig
@@ -87,7 +87,11 @@ EXPECTED_FAILURES = {
 }
 
 
-def test_good_and_bad_rows(tmp_path, sample_photos):
+# Rows go through TensorFlow several per call: a failed image in a call must not take its
+# neighbours with it, nor reorder anything.
+@pytest.mark.parametrize("rows_per_call", [1, 3, 8])
+def test_good_and_bad_rows(tmp_path, sample_photos, monkeypatch, rows_per_call):
+    monkeypatch.setattr(shard_writer, "ROWS_PER_CALL", rows_per_call)
     good_jpeg = imaging.encode(imaging.quadrants(60, 90), "JPEG", quality=95)
     (tmp_path / "folder").mkdir()
     files = [
@@ -110,6 +114,7 @@ def test_good_and_bad_rows(tmp_path, sample_photos):
     out, status = run_writer(tmp_path, rows, config, max_file_bytes=100_000)
 
     assert {f["source"]: f["error"] for f in status["failed"]} == EXPECTED_FAILURES
+    assert [f["line"] for f in status["failed"]] == sorted(f["line"] for f in status["failed"])  # CSV order.
     assert all(f["key"] and f["line"] >= 2 for f in status["failed"])
     assert status["records"] + len(status["failed"]) == status["rows"] == len(rows)
 
