@@ -16,7 +16,8 @@ import time  # noqa: E402
 import apache_beam as beam  # noqa: E402
 from apache_beam.io.filesystem import CompressionTypes  # noqa: E402
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions  # noqa: E402
+from apache_beam.options.pipeline_options import (  # noqa: E402
+    DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions)
 
 from beam_pipeline import options as job_options  # noqa: E402
 from beam_pipeline import report  # noqa: E402
@@ -134,8 +135,10 @@ def _local_runner(pipeline_options):
     # asks for that too, but only takes effect where nothing has started TF's runtime yet; a worker
     # that had (measured: one of two) ran with default pools, oversubscribing the cores. TF reads
     # these variables when its runtime starts; the workers inherit them.
-    for variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
-        os.environ.setdefault(variable, "1")
+    # Only for worker processes: in-process modes keep TF's default pools.
+    if pipeline_options.view_as(DirectOptions).direct_running_mode == "multi_processing":
+        for variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+            os.environ.setdefault(variable, "1")
     from apache_beam.portability.api import beam_provision_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner
     from apache_beam.runners.portability.portable_runner import JobServiceHandle

@@ -146,8 +146,8 @@ class WriteShardFn(beam.DoFn):
         try:
             encoded, moments = self._preprocess(datas)
             return list(zip(encoded.numpy(), moments.numpy()))
-        except self._tf_error:
-            pass  # Some image failed: redo them one at a time to tell which, and why.
+        except Exception:  # noqa: BLE001 - some image failed: redo them one at a time to tell which, and why.
+            pass
         results = []
         for data in datas:
             try:
@@ -155,12 +155,16 @@ class WriteShardFn(beam.DoFn):
                 results.append((encoded.numpy()[0], moments.numpy()[0]))
             except self._tf_error as error:
                 results.append(ValueError(describe_decode_failure(data, error)))
+            except Exception as error:  # Recorded as "unexpected ..." by the caller, never raised.
+                results.append(error)
         return results
 
     def _process_rows(self, rows):
         """Yields (row, (serialized example, pixel moments) or the exception that failed it), in order.
 
-        Streams: at most ROWS_PER_CALL files (and BYTES_PER_CALL bytes) are held at once.
+        Streams: at most ROWS_PER_CALL files (BYTES_PER_CALL bytes) wait for a call, plus the
+        file just read. A call that fails is redone one row at a time, so where bad images are
+        common their batches cost about twice the TF time.
         """
         pending, datas = [], []  # pending: [row, outcome or None (awaiting its TF call)]
 
@@ -171,10 +175,13 @@ class WriteShardFn(beam.DoFn):
                 if entry[1] is None:
                     result = next(results)
                     if not isinstance(result, Exception):
-                        example = make_example(self._stored_bytes(result[0]), self._config.image_format,
-                                               self._config.image_size, self._config.image_size,
-                                               row.source, row.key, row.label)
-                        result = (example.SerializeToString(deterministic=True), result[1])
+                        try:
+                            example = make_example(self._stored_bytes(result[0]), self._config.image_format,
+                                                   self._config.image_size, self._config.image_size,
+                                                   row.source, row.key, row.label)
+                            result = (example.SerializeToString(deterministic=True), result[1])
+                        except Exception as error:  # Recorded by the caller, never raised.
+                            result = error
                     entry[1] = result
                 yield row, entry[1]
             pending.clear()

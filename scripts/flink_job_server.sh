@@ -15,9 +15,10 @@
 # Maven's own settings apply (e.g. MAVEN_OPTS=-Dmaven.repo.local=DIR, ~/.m2/settings.xml mirrors).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
+# Not $PYTHON: scripts/_venv.sh reads that as the interpreter that creates .venv.
+VENV_PYTHON="$ROOT/.venv/bin/python"
 FLINK_VERSION="${FLINK_VERSION:-1.20}"
-BEAM_VERSION="${BEAM_VERSION:-$("$PYTHON" -c 'import apache_beam; print(apache_beam.__version__)')}"
+BEAM_VERSION="${BEAM_VERSION:-$("$VENV_PYTHON" -c 'import apache_beam; print(apache_beam.__version__)')}"
 CACHE="$ROOT/.cache/flink"
 POM="$ROOT/scripts/flink/pom.xml"
 DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
@@ -60,7 +61,7 @@ if ! mvn -B -q -f "$POM" "$DEPENDENCY_PLUGIN:copy-dependencies" -DincludeScope=r
        "Central (or your mirror) is reachable, or pass --flink_job_server_jar yourself" >&2
   exit 3
 fi
-"$PYTHON" - "$BUILD" <<'PY'
+"$VENV_PYTHON" - "$BUILD" <<'PY'
 import os, sys, zipfile
 build = sys.argv[1]
 jars = sorted(name for name in os.listdir(os.path.join(build, "lib")) if name.endswith(".jar"))
@@ -76,7 +77,8 @@ with zipfile.ZipFile(os.path.join(build, "launcher.jar"), "w", zipfile.ZIP_DEFLA
     jar.writestr("META-INF/MANIFEST.MF", manifest)
 PY
 rm -rf "$LAUNCHER_DIR"
-mv "$BUILD" "$LAUNCHER_DIR"
+chmod 755 "$BUILD"  # mktemp made it private; the cache is shared like any build output.
+mv -T "$BUILD" "$LAUNCHER_DIR"
 trap - EXIT
 for old in "$CACHE"/launcher-*; do  # launchers of earlier versions of the pom
   if [ "$old" != "$LAUNCHER_DIR" ]; then rm -rf "$old"; fi

@@ -19,6 +19,7 @@ import pytest
 import scaleout
 
 JAR = os.environ.get("FLINK_JOB_SERVER_JAR", "")
+JAR = os.path.abspath(JAR) if JAR else ""  # The job runs from another folder.
 # A stuck job (e.g. workers that cannot start) fails after this many seconds instead of
 # blocking CI; a healthy run takes about a minute.
 TIMEOUT = int(os.environ.get("FLINK_TEST_TIMEOUT", "480"))

@@ -98,6 +98,8 @@ def test_reader_is_deterministic_when_not_training_and_batches_when_training(job
     assert sum(labels.shape[0] for _, labels in first) == 13 and all(
         labels.shape[0] == images.shape[0] for images, labels in first)
     training = make_dataset(outputs[image_format], "train", batch_size=5, training=True, repeat=True, seed=3)
+    assert training.element_spec[0].shape.as_list() == [5, SIZE, SIZE, 3]  # Static: fixed batches.
+    assert training.element_spec[1].shape.as_list() == [5]
     for images, labels in training.take(4):
         assert images.shape == (5, SIZE, SIZE, 3) and labels.shape == (5,)  # Full batches, augmented.
         assert np.isfinite(images.numpy()).all()

@@ -59,7 +59,7 @@ class PreprocessConfig:
 
     image_size: int = 224
     resize_mode: str = "center_crop"
-    # Raw by default: the reader decodes nothing (measured 9,055 vs 4,183 images/s for JPEG
+    # Raw by default: the reader decodes nothing (measured 8,856 vs 4,119 images/s for JPEG
     # storage) and train/serve parity is exact, for ~6.6x the bytes (docs/benchmarks.md).
     image_format: str = "raw"
     jpeg_quality: int = 95
