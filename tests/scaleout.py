@@ -154,6 +154,15 @@ def assert_same_output(expected_out, actual_out):
     assert errors(actual_out) == errors(expected_out)
 
 
+def assert_small_dataset_run_matches(local_out, other_out, rows, runner):
+    """A run of `make_small_dataset` on `runner` wrote what the local run wrote, missing file failed."""
+    written = manifest(other_out)
+    assert written["runner"] == runner
+    assert (written["rows"], written["written"], written["failed"]) == (len(rows), len(rows) - 1, 1)
+    assert [e["source"] for e in errors(other_out)] == [MISSING]
+    assert_same_output(local_out, other_out)
+
+
 def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600):
     """Like `run_job`, but the job runs in its own process group, all of it killed at `timeout`.
 

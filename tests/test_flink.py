@@ -58,9 +58,4 @@ def test_embedded_flink_matches_the_local_runner(tmp_path, worker_pool):
         "--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
         cwd=tmp_path, timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
-    flink = tmp_path / "out_flink"
-    manifest = scaleout.manifest(flink)
-    assert manifest["runner"] == "FlinkRunner"
-    assert (manifest["rows"], manifest["written"], manifest["failed"]) == (len(rows), len(rows) - 1, 1)
-    assert [e["source"] for e in scaleout.errors(flink)] == [scaleout.MISSING]
-    scaleout.assert_same_output(local, flink)
+    scaleout.assert_small_dataset_run_matches(local, tmp_path / "out_flink", rows, "FlinkRunner")

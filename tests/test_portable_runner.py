@@ -58,9 +58,4 @@ def test_portable_runner_with_external_worker_pool_matches_the_local_runner(port
         "--runner=PortableRunner", f"--job_endpoint={job_endpoint}",
         "--environment_type=EXTERNAL", f"--environment_config={pool_endpoint}", cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    portable = folder / "out_portable"
-    manifest = scaleout.manifest(portable)
-    assert manifest["runner"] == "PortableRunner"
-    assert (manifest["rows"], manifest["written"], manifest["failed"]) == (len(rows), len(rows) - 1, 1)
-    assert [e["source"] for e in scaleout.errors(portable)] == [scaleout.MISSING]
-    scaleout.assert_same_output(local, portable)
+    scaleout.assert_small_dataset_run_matches(local, folder / "out_portable", rows, "PortableRunner")
