@@ -36,6 +36,13 @@ _RECORD_SPEC = {
 }
 
 
+def _usable_cores():
+    """Cores this process may run on (affinity and cgroup-set CPU lists count; not on macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def shard_files(output_dir, split):
     """The split's shard files, sorted; raises ValueError naming the folder when there are none."""
     pattern = f"{output_dir.rstrip('/')}/{features.DATA_DIR}/{split}-*-of-*{features.SHARD_SUFFIX}"
@@ -119,7 +126,7 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
     if training:
         files = files.shuffle(len(file_names), seed=seed, reshuffle_each_iteration=True)
     records = files.interleave(lambda name: tf.data.TFRecordDataset(name, buffer_size=READ_BUFFER_BYTES),
-                               cycle_length=cycle_length or min(16, max(4, len(os.sched_getaffinity(0)))),
+                               cycle_length=cycle_length or min(16, max(4, _usable_cores())),
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     if cache:
