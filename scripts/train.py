@@ -10,7 +10,6 @@ built from an original image file, as TensorFlow Serving would.
 """
 
 import argparse
-import base64
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tf_serving_input import export_serving_model, make_dataset  # noqa: E402
+from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body  # noqa: E402
 from tf_serving_input.features import load_preprocess_config  # noqa: E402
 from tf_serving_input.normalization import read_statistics  # noqa: E402
 
@@ -36,13 +36,6 @@ def build_model(image_size, num_classes):
         keras.layers.GlobalAveragePooling2D(),
         keras.layers.Dense(num_classes, activation="softmax"),
     ])
-
-
-def rest_request_body(image_path):
-    """The JSON body of a TensorFlow Serving REST `:predict` call for one image file."""
-    with open(image_path, "rb") as f:
-        encoded = base64.b64encode(f.read()).decode("ascii")
-    return {"signature_name": "serving_default", "instances": [{"image_bytes": {"b64": encoded}}]}
 
 
 def main(argv=None):
@@ -84,21 +77,25 @@ def main(argv=None):
     print(f"exported serving model: {args.export_dir} "
           f"(inspect with: saved_model_cli show --dir {args.export_dir} --all)")
 
-    serve = tf.saved_model.load(args.export_dir).signatures["serving_default"]
-    with open(args.predict_image, "rb") as f:
-        result = serve(image_bytes=tf.constant([f.read()]))
-    predicted = result["classes"][0].numpy().decode("utf-8")
-    score = float(tf.reduce_max(result["scores"][0]))
-    print(f"served prediction for {args.predict_image}: {predicted} (score {score:.3f})")
-
-    body = rest_request_body(args.predict_image)
+    body = rest_request_body([args.predict_image])
     request_path = os.path.join(args.export_dir, "predict_request.json")
     with open(request_path, "w", encoding="utf-8") as f:
         json.dump(body, f)
+    # Answer the request body as TensorFlow Serving would: its instances become the signature's inputs.
+    serve = tf.saved_model.load(args.export_dir).signatures[body["signature_name"]]
+    inputs = rest_instances_to_inputs(body)
+    result = serve(**{name: tf.constant(values) for name, values in inputs.items()})
+    scores = result["scores"][0].numpy()
+    top = scores.argsort()[::-1][:3]
+    ranked = ", ".join(f"{vocabulary[i]} {scores[i]:.3f}" for i in top)
+    print(f"served prediction for {args.predict_image}: {ranked} "
+          f"(embedding: {result['embedding'].shape[-1]} floats)")
     preview = json.dumps(body)
     print(f"TensorFlow Serving REST body ({len(preview)} bytes, saved to {request_path}):\n"
           f"  {preview[:110]}...\"}}}}]}}\n"
-          f"  curl -d @{request_path} http://localhost:8501/v1/models/MODEL:predict")
+          f"  curl -d @{request_path} http://localhost:8501/v1/models/MODEL:predict\n"
+          f"The same model through TensorFlow Serving's loader: saved_model_cli run --dir {args.export_dir} "
+          f"--tag_set serve --signature_def serving_default --inputs image_bytes=REQUEST.npy")
     return 0
 
 

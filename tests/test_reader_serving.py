@@ -1,5 +1,6 @@
 """Reader, serving export, and train/serve parity: CSV -> Beam job -> TFRecords -> reader vs raw bytes -> SavedModel."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -11,9 +12,12 @@ import pytest
 import tensorflow as tf
 
 import imaging
+import serving_loaders
 from tf_serving_input import export_serving_model, make_dataset
 from tf_serving_input import features
+from tf_serving_input.normalization import read_statistics
 from tf_serving_input.reader import shard_files
+from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body
 
 SIZE = 24
 LABELS = ["cat", "dog", "cat", "bird", "dog", "cat", "bird", "cat", "dog", "cat"]
@@ -127,60 +131,120 @@ def test_reader_in_a_distribution_strategy(job_outputs):
 
 
 def classifier(num_classes):
-    return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.GlobalAveragePooling2D(),
-                             keras.layers.Dense(num_classes, activation="softmax")])
+    return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
+                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes, activation="softmax")])
 
 
-def test_export_signatures_inputs_and_outputs(job_outputs, tmp_path):
-    outputs, folder, rows = job_outputs
+@pytest.fixture(scope="module")
+def classifier_export(job_outputs, tmp_path_factory):
+    """A small classifier exported on the JPEG-stored output: (export_dir, labels)."""
+    outputs, _, rows = job_outputs
     labels = sorted({label for _, label, split in rows if split == "train"})
-    export_dir = export_serving_model(classifier(len(labels)), outputs["jpeg"], str(tmp_path / "export"))
-    loaded = tf.saved_model.load(export_dir)
-    assert set(loaded.signatures) == {"serving_default", "serving_examples"}
-    serve = loaded.signatures["serving_default"]
-    assert list(serve.structured_input_signature[1]) == ["image_bytes"]
-    result = serve(image_bytes=tf.constant([(folder / "img1.png").read_bytes(), (folder / "img2.jpg").read_bytes()]))
-    assert set(result) == {"scores", "class_ids", "classes"}
-    assert result["scores"].shape == (2, len(labels))
-    assert set(result["classes"].numpy().tolist()) <= {label.encode() for label in labels}
+    keras.utils.set_random_seed(1)
+    export_dir = str(tmp_path_factory.mktemp("classifier") / "export")
+    return export_serving_model(classifier(len(labels)), outputs["jpeg"], export_dir), labels
 
-    record = next(iter(tf.data.TFRecordDataset(shard_files(outputs["jpeg"], "train")[0])))
-    by_example = loaded.signatures["serving_examples"](examples=tf.reshape(record, [1]))
-    assert by_example["scores"].shape == (1, len(labels))
+
+@pytest.mark.parametrize("loader", serving_loaders.LOADERS)
+def test_export_signatures_inputs_and_outputs(job_outputs, classifier_export, loader):
+    outputs, folder, _ = job_outputs
+    export_dir, labels = classifier_export
+    serve = serving_loaders.load_signature(export_dir, "serving_default", loader)
+    assert list(serve.input_names) == ["image_bytes"]
+    result = serve(image_bytes=[(folder / "img1.png").read_bytes(), (folder / "img2.jpg").read_bytes()])
+    assert set(result) == {"scores", "class_ids", "classes", "embedding"}
+    assert result["scores"].shape == (2, len(labels))
+    assert result["embedding"].shape == (2, 4) and result["embedding"].dtype == np.float32  # Conv2D(4) pooled.
+    assert set(result["classes"].tolist()) <= {label.encode() for label in labels}
+    vocabulary = read_statistics(outputs["jpeg"])[2]
+    assert [vocabulary[i].encode() for i in result["class_ids"]] == result["classes"].tolist()
+
+    record = next(iter(tf.data.TFRecordDataset(shard_files(outputs["jpeg"], "train")[0]))).numpy()
+    by_example = serving_loaders.load_signature(export_dir, "serving_examples", loader)(examples=[record])
+    assert set(by_example) == set(result) and by_example["scores"].shape == (1, len(labels))
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="not an image"):
-        serve(image_bytes=tf.constant([b"this is not an image"]))
+        serve(image_bytes=[b"this is not an image"])
+    serve.close()
 
+
+def test_every_loader_answers_the_same(job_outputs, classifier_export, tmp_path):
+    """tf.saved_model.load, the session loader TF Serving uses, and `saved_model_cli run` agree."""
+    _, folder, _ = job_outputs
+    export_dir, _ = classifier_export
+    images = [(folder / name).read_bytes() for name in ("img1.png", "img2.jpg", "img4.jpg")]
+    results = {loader: serving_loaders.load_signature(export_dir, "serving_default", loader)(image_bytes=images)
+               for loader in serving_loaders.LOADERS}
+    serving_loaders.assert_same_outputs(results["tf2"], results["session"])
+
+    request = tmp_path / "request.npy"
+    np.save(request, np.array(images, dtype=object))
     cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    ran = subprocess.run([cli, "run", "--dir", export_dir, "--tag_set", "serve", "--signature_def",
+                          "serving_default", "--inputs", f"image_bytes={request}", "--outdir", str(tmp_path / "cli")],
+                         capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    from_cli = {path.stem: np.load(path, allow_pickle=True) for path in (tmp_path / "cli").glob("*.npy")}
+    serving_loaders.assert_same_outputs(results["tf2"], from_cli)
+
     shown = subprocess.run([cli, "show", "--dir", export_dir, "--all"], capture_output=True, text=True, timeout=300)
     assert shown.returncode == 0 and "image_bytes" in shown.stdout and "serving_examples" in shown.stdout
 
 
+def test_rest_body_feeds_the_session_loaded_signature(job_outputs, classifier_export):
+    """The REST body scripts/train.py prints has the inputs' names and shapes TF Serving expects."""
+    _, folder, _ = job_outputs
+    export_dir, labels = classifier_export
+    paths = [folder / "img3.png", folder / "img0.jpg"]
+    body = json.loads(json.dumps(rest_request_body(paths)))  # What goes over the wire.
+    serve = serving_loaders.load_signature(export_dir, body["signature_name"], "session")
+    inputs = rest_instances_to_inputs(body)
+    assert sorted(inputs) == sorted(serve.input_names) and inputs["image_bytes"][0] == paths[0].read_bytes()
+    result = serve(**inputs)
+    assert result["scores"].shape == (2, len(labels))
+
+
+def test_embedding_from_a_named_layer_or_none(job_outputs, tmp_path):
+    outputs, folder, _ = job_outputs
+    model = classifier(3)
+    named = export_serving_model(model, outputs["raw"], str(tmp_path / "named"), embedding_layer=model.layers[0].name)
+    result = serving_loaders.load_signature(named, "serving_default", "session")(
+        image_bytes=[(folder / "img1.png").read_bytes()])
+    assert result["embedding"].shape == (1, (SIZE - 2) * (SIZE - 2) * 4)  # The Conv2D map, flattened.
+    bare = export_serving_model(model, outputs["raw"], str(tmp_path / "bare"), embedding_layer=False)
+    result = serving_loaders.load_signature(bare, "serving_default", "session")(
+        image_bytes=[(folder / "img1.png").read_bytes()])
+    assert "embedding" not in result and result["scores"].shape == (1, 3)
+    with pytest.raises(ValueError, match="no_such_layer"):
+        export_serving_model(model, outputs["raw"], str(tmp_path / "bad"), embedding_layer="no_such_layer")
+
+
+@pytest.mark.parametrize("loader", serving_loaders.LOADERS)
 @pytest.mark.parametrize("image_format", sorted(PARITY_TOLERANCE))
-def test_train_serve_parity(job_outputs, tmp_path, image_format):
+def test_train_serve_parity(job_outputs, tmp_path, image_format, loader):
     """The reader's tensor for each image equals what serving feeds the model from the original bytes."""
     outputs, folder, _ = job_outputs
     output_dir = outputs[image_format]
     identity = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Identity()])
-    signatures = tf.saved_model.load(export_serving_model(identity, output_dir, str(tmp_path / "id"))).signatures
-    serve = signatures["serving_default"]
+    export_dir = export_serving_model(identity, output_dir, str(tmp_path / "id"), embedding_layer=False)
 
     dataset = make_dataset(output_dir, "train", batch_size=64, training=False, cycle_length=1)
     from_reader = np.concatenate([x.numpy() for x, _ in dataset])
     sources = sources_in_file_order(output_dir, "train")
-    raw = tf.constant([(folder / source).read_bytes() for source in sources])
-    from_serving = serve(image_bytes=raw)["scores"].numpy()
+    raw = [(folder / source).read_bytes() for source in sources]
+    from_serving = serving_loaders.load_signature(export_dir, "serving_default", loader)(image_bytes=raw)["scores"]
 
     assert from_reader.shape == from_serving.shape == (len(sources), SIZE, SIZE, 3)
     difference = np.abs(from_reader - from_serving)
-    print(f"parity {image_format}: max |reader - serving| = {difference.max():.6f}, "
+    print(f"parity {image_format} ({loader} loader): max |reader - serving| = {difference.max():.6f}, "
           f"mean = {difference.mean():.6f} (normalized units)")
     largest, mean = PARITY_TOLERANCE[image_format]
     assert difference.max() <= largest and difference.mean() <= mean
 
     # Serving the stored records themselves ('serving_examples') feeds the model what the reader yields.
-    records = tf.stack(list(tf.data.TFRecordDataset(shard_files(output_dir, "train"))))
-    np.testing.assert_array_equal(signatures["serving_examples"](examples=records)["scores"].numpy(), from_reader)
+    records = [record.numpy() for record in tf.data.TFRecordDataset(shard_files(output_dir, "train"))]
+    by_examples = serving_loaders.load_signature(export_dir, "serving_examples", loader)(examples=records)
+    np.testing.assert_array_equal(by_examples["scores"], from_reader)
 
 
 def test_train_script_trains_exports_and_serves(job_outputs, tmp_path):
@@ -192,5 +256,11 @@ def test_train_script_trains_exports_and_serves(job_outputs, tmp_path):
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "validation accuracy:" in result.stdout and "served prediction for" in result.stdout
-    body = __import__("json").loads((tmp_path / "export" / "predict_request.json").read_text())
+    served = next(line for line in result.stdout.splitlines() if line.startswith("served prediction for"))
+    assert served.count(", ") == 2 and "embedding: 64 floats" in served  # Top 3 labels with scores.
+    body = json.loads((tmp_path / "export" / "predict_request.json").read_text())
     assert list(body["instances"][0]) == ["image_bytes"] and body["instances"][0]["image_bytes"]["b64"]
+    # The exported model answers that body through the loader TensorFlow Serving uses.
+    serve = serving_loaders.load_signature(str(tmp_path / "export"), body["signature_name"], "session")
+    labels = {label for _, label, split in job_outputs[2] if split == "train"}
+    assert serve(**rest_instances_to_inputs(body))["scores"].shape == (1, len(labels))

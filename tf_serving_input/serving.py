@@ -1,4 +1,4 @@
-"""The serving signature: raw image bytes in, the model's answer out, preprocessed as in training.
+"""The serving export: raw image bytes in, the model's answer out, preprocessed as in training.
 
     export_serving_model(model, output_dir, export_dir)
 
@@ -7,8 +7,19 @@ the very functions the Beam job used (`preprocessing.preprocess_image`), then
 normalizes with `normalization.normalize_images` and the statistics held by
 the tensorflow-transform graph the job saved (the reader does the same), then
 runs the model. Nothing here re-implements a preprocessing step.
+
+It is written with Keras's `ExportArchive`, so it loads where TensorFlow
+Serving loads models: the C++/TF1 session loader (`LoadSavedModel`,
+`tf.compat.v1.saved_model.loader.load`, `saved_model_cli run`) restores the
+model's variables through the saver. A Keras 3 model held by a `tf.Module` and
+saved with `tf.saved_model.save` loads with `tf.saved_model.load` only; the
+session loader then fails with "Could not find variable ..."
+(tensorflow/serving#2250).
 """
 
+import base64
+
+import keras
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -22,78 +33,123 @@ IMAGE_BYTES_INPUT = "image_bytes"
 EXAMPLES_INPUT = "examples"
 BYTES_SIGNATURE = "serving_default"
 EXAMPLES_SIGNATURE = "serving_examples"
+# Output names of both signatures.
+SCORES = "scores"
+CLASS_IDS = "class_ids"
+CLASSES = "classes"
+EMBEDDING = "embedding"
 
 
-class ServingModule(tf.Module):
-    """Holds the model, the TFT layer and the label vocabulary, and the signature functions."""
+def embedding_tensor(model, embedding_layer=None):
+    """The symbolic tensor the export returns as `embedding`, flattened to [B, D].
 
-    def __init__(self, model, output_dir):
-        super().__init__()
-        self.config = load_preprocess_config(output_dir)
-        self.model = model
-        mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
-        self.mean = tf.constant(mean, tf.float32)
-        self.std = tf.constant(std, tf.float32)
-        self.vocabulary = tf.constant(vocabulary or [""], tf.string)
-        self.num_classes = len(vocabulary)
-        size = self.config.image_size
-        self._image_spec = tf.TensorSpec([size, size, 3], tf.uint8)
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
-        def serve_image_bytes(image_bytes):
-            """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
-            return self._predict(self._preprocess_batch(image_bytes))
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
-        def serve_examples(examples):
-            """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""
-            parsed = tf.io.parse_example(examples, {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string)})
-            images = tf.map_fn(lambda data: decode_stored_image(data, size, self.config.image_format),
-                               parsed[features.IMAGE_ENCODED],
-                               fn_output_signature=self._image_spec)
-            return self._predict(images)
-
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
-        def model_inputs(image_bytes):
-            """Raw encoded images -> the normalized tensor the model sees (for parity checks)."""
-            return self.normalize(self._preprocess_batch(image_bytes))
-
-        self.serve_image_bytes = serve_image_bytes
-        self.serve_examples = serve_examples
-        self.model_inputs = model_inputs
-
-    def _preprocess_batch(self, image_bytes):
-        """Raw encoded images -> uint8 [B, S, S, 3], with the Beam job's preprocessing."""
-        return tf.map_fn(lambda data: preprocess_image(data, self.config), image_bytes,
-                         fn_output_signature=self._image_spec)
-
-    def normalize(self, images):
-        """uint8 [B, S, S, 3] -> the normalized float32 batch, with the job's statistics."""
-        return normalize_images(images, self.mean, self.std)
-
-    def _predict(self, images):
-        outputs = self.model(self.normalize(images), training=False)
-        if isinstance(outputs, dict):
-            return outputs
-        result = {"scores": outputs}
-        if self.num_classes and outputs.shape.rank == 2 and outputs.shape[-1] == self.num_classes:
-            class_ids = tf.argmax(outputs, axis=-1)
-            result["class_ids"] = class_ids
-            result["classes"] = tf.gather(self.vocabulary, class_ids)
-        return result
+    `embedding_layer=None` takes the penultimate layer: the input of the
+    model's last layer (for a classifier, the features its final Dense layer
+    reads). A layer name takes that layer's output instead.
+    """
+    try:
+        tensor = (model.get_layer(embedding_layer).output if embedding_layer
+                  else model.layers[-1].input)
+    except (AttributeError, ValueError) as error:
+        where = f"layer {embedding_layer!r}" if embedding_layer else "the penultimate layer"
+        raise ValueError(f"cannot take the embedding from {where} of {model.name!r}: {error}. "
+                         "Export a Sequential or functional Keras model, or pass "
+                         "embedding_layer=False to export without an embedding") from None
+    if isinstance(tensor, (list, tuple)):
+        raise ValueError(f"the last layer of {model.name!r} takes {len(tensor)} inputs; name the "
+                         "embedding layer with embedding_layer=NAME")
+    if len(tensor.shape) != 2:
+        tensor = keras.layers.Flatten(name="embedding_flatten")(tensor)
+    return tensor
 
 
-def export_serving_model(model, output_dir, export_dir):
+def _serving_model(model, embedding_layer):
+    """`model` as a Keras model whose outputs are {'scores': ..., 'embedding': ...} (embedding optional)."""
+    if embedding_layer is False:
+        return model, False
+    if len(model.outputs) != 1:
+        raise ValueError(f"{model.name!r} has {len(model.outputs)} outputs; the export serves a model "
+                         "with one output (its scores)")
+    outputs = {SCORES: model.outputs[0], EMBEDDING: embedding_tensor(model, embedding_layer)}
+    return keras.Model(model.inputs, outputs, name=f"{model.name}_serving"), True
+
+
+def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
     """Writes a SavedModel to `export_dir` whose signatures apply the job's preprocessing.
 
     Signatures: 'serving_default' takes `image_bytes` (tf.string [None], raw
     encoded images) and 'serving_examples' takes `examples` (serialized
-    tf.train.Examples from the job's shards). Both return 'scores' and, when
-    the model outputs one score per label of the vocabulary, 'class_ids' and
-    'classes' (label strings). Returns `export_dir`.
+    tf.train.Examples from the job's shards). Both return 'scores' (the
+    model's output), 'embedding' (float32 [B, D]: the penultimate layer's
+    output by default, the layer named `embedding_layer` otherwise, none with
+    `embedding_layer=False`) and, when the model outputs one score per label of
+    the vocabulary, 'class_ids' and 'classes' (label strings).
+
+    Every TensorFlow loader serves it: `tf.saved_model.load`, the session
+    loader TensorFlow Serving uses, and `saved_model_cli run`. Returns
+    `export_dir`.
     """
-    module = ServingModule(model, output_dir)
-    signatures = {BYTES_SIGNATURE: module.serve_image_bytes.get_concrete_function(),
-                  EXAMPLES_SIGNATURE: module.serve_examples.get_concrete_function()}
-    tf.saved_model.save(module, export_dir, signatures=signatures)
+    config = load_preprocess_config(output_dir)
+    mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
+    mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
+    vocabulary_tensor = tf.constant(vocabulary or [""], tf.string)
+    serving_model, with_embedding = _serving_model(model, embedding_layer)
+    size = config.image_size
+    image_spec = tf.TensorSpec([size, size, 3], tf.uint8)
+
+    def predict(images):
+        outputs = serving_model(normalize_images(images, mean, std), training=False)
+        scores = outputs[SCORES] if with_embedding else outputs
+        result = {SCORES: scores}
+        if with_embedding:
+            result[EMBEDDING] = tf.cast(outputs[EMBEDDING], tf.float32)
+        if vocabulary and scores.shape.rank == 2 and scores.shape[-1] == len(vocabulary):
+            class_ids = tf.argmax(scores, axis=-1)
+            result[CLASS_IDS] = class_ids
+            result[CLASSES] = tf.gather(vocabulary_tensor, class_ids)
+        return result
+
+    def serve_image_bytes(image_bytes):
+        """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
+        images = tf.map_fn(lambda data: preprocess_image(data, config), image_bytes,
+                           fn_output_signature=image_spec)
+        return predict(images)
+
+    def serve_examples(examples):
+        """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""
+        parsed = tf.io.parse_example(examples, {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string)})
+        images = tf.map_fn(lambda data: decode_stored_image(data, size, config.image_format),
+                           parsed[features.IMAGE_ENCODED], fn_output_signature=image_spec)
+        return predict(images)
+
+    archive = keras.export.ExportArchive()
+    archive.track(serving_model)
+    archive.add_endpoint(BYTES_SIGNATURE, serve_image_bytes,
+                         input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
+    archive.add_endpoint(EXAMPLES_SIGNATURE, serve_examples,
+                         input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
+    archive.write_out(export_dir, verbose=False)
     return export_dir
+
+
+def rest_request_body(image_paths, signature_name=BYTES_SIGNATURE):
+    """The JSON body of a TensorFlow Serving REST `:predict` call for image files (row format)."""
+    instances = []
+    for path in image_paths:
+        with open(path, "rb") as f:
+            instances.append({IMAGE_BYTES_INPUT: {"b64": base64.b64encode(f.read()).decode("ascii")}})
+    return {"signature_name": signature_name, "instances": instances}
+
+
+def rest_instances_to_inputs(body):
+    """The signature inputs TensorFlow Serving builds from a REST row-format body: {name: [values]}.
+
+    Each `{"b64": ...}` value becomes the bytes it encodes, as the server decodes it.
+    """
+    inputs = {}
+    for instance in body["instances"]:
+        for name, value in instance.items():
+            if isinstance(value, dict) and set(value) == {"b64"}:
+                value = base64.b64decode(value["b64"])
+            inputs.setdefault(name, []).append(value)
+    return inputs
