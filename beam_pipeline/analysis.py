@@ -9,6 +9,7 @@ from tfx_bsl.tfxio import tensor_adapter, tensor_to_arrow
 
 from tf_serving_input import normalization
 from tf_serving_input.features import RAW_LABEL, RAW_PIXEL_MOMENTS
+from tf_serving_input.layout import OutputLayout
 
 # Rows (one per image: 7 int64 moments and a label) per Arrow RecordBatch for TFT.
 DESIRED_BATCH_SIZE = 1000
@@ -63,5 +64,5 @@ class AnalyzeAndSave(beam.PTransform):
             # (saved transform graph, transformed metadata)
             written = transform_fn | "WriteTransformFn" >> tft_beam.WriteTransformFn(self._output_dir)
         _ = metadata | "WriteRawMetadata" >> tft_beam.WriteMetadata(
-            f"{self._output_dir.rstrip('/')}/metadata", record_batches.pipeline)
+            OutputLayout(self._output_dir).raw_metadata_dir, record_batches.pipeline)
         return written

@@ -10,40 +10,27 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-
-from tf_serving_input import features  # noqa: E402
-
-
-def load_manifest(output_dir):
-    """The job's manifest.json as a dict; raises FileNotFoundError with a hint when absent."""
-    import tensorflow as tf
-
-    path = os.path.join(output_dir, features.MANIFEST_FILE)
-    if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(f"{path} not found: is {output_dir} the --output_dir of a finished run?")
-    with tf.io.gfile.GFile(path, "r") as f:
-        return json.load(f)
+from tf_serving_input import features
+from tf_serving_input.layout import OutputLayout
 
 
 def sample_records(output_dir, manifest, count, split=None):
     """Up to `count` (image uint8 [S, S, 3], label, source) from the job's shards, in shard order."""
-    import tensorflow as tf
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf  # Only for the contact sheet: the summary needs no TensorFlow.
 
-    from tf_serving_input.preprocessing import decode_stored_image
+    from tf_serving_input.codecs import parse_record
+    from tf_serving_input.features import PreprocessConfig
 
-    size = manifest["config"]["preprocess"]["image_size"]
-    image_format = manifest["config"]["preprocess"]["image_format"]
-    files = [os.path.join(output_dir, shard["file"]) for shard in manifest["shards"]
+    config = PreprocessConfig.from_dict(manifest["config"]["preprocess"])
+    layout = OutputLayout(output_dir)
+    files = [layout.path(shard["file"]) for shard in manifest["shards"]
              if shard["records"] and (split is None or shard["split"] == split)]
-    spec = {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
-            features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
-            features.IMAGE_SOURCE: tf.io.FixedLenFeature([], tf.string)}
+    spec = {key: tf.io.FixedLenFeature([], tf.string) for key in (features.LABEL_TEXT, features.IMAGE_SOURCE)}
     samples = []
     for record in tf.data.TFRecordDataset(files).take(count):
-        parsed = tf.io.parse_single_example(record, spec)
-        samples.append((decode_stored_image(parsed[features.IMAGE_ENCODED], size, image_format).numpy(),
-                        parsed[features.LABEL_TEXT].numpy().decode("utf-8"),
+        image, parsed = parse_record(record, config, **spec)
+        samples.append((image.numpy(), parsed[features.LABEL_TEXT].numpy().decode("utf-8"),
                         parsed[features.IMAGE_SOURCE].numpy().decode("utf-8")))
     return samples
 
@@ -97,7 +84,7 @@ def main(argv=None):
     parser.add_argument("--split", default=None, help="Only sample this split (default: all).")
     args = parser.parse_args(argv)
     try:
-        manifest = load_manifest(args.output_dir)
+        manifest = OutputLayout(args.output_dir).load_manifest()
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

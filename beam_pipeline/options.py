@@ -1,12 +1,16 @@
-"""Command-line flags of the job and how they become a JobConfig and Beam options."""
+"""Command-line flags of the job and how they become a JobConfig and Beam options.
+
+Imports neither Beam nor TensorFlow, so `--help` and flag errors answer at once.
+"""
 
 import argparse
 import dataclasses
 import os
 
 from beam_pipeline import source as csv_source
-from beam_pipeline.shard_writer import DEFAULT_MAX_FILE_BYTES
+from beam_pipeline.source import DEFAULT_MAX_FILE_BYTES
 from tf_serving_input.features import IMAGE_FORMATS, RESIZE_MODES, PreprocessConfig
+from tf_serving_input.layout import LAYOUT_VERSION
 
 # Beam's in-process portable runner: needs no download (DirectRunner first tries
 # Prism, which fetches a binary at run time) and runs one worker per core.
@@ -31,6 +35,7 @@ class JobConfig:
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest."""
         return {
+            "layout_version": LAYOUT_VERSION,
             "input_csv": self.input_csv,
             "preprocess": self.preprocess.to_dict(),
             "columns": dataclasses.asdict(self.columns),

@@ -1,11 +1,10 @@
 """Progress lines while a local run writes shards: done/total, images/s, ETA."""
 
+import json
 import threading
 import time
 
 from apache_beam.io.filesystems import FileSystems
-
-from tf_serving_input import features
 
 
 def format_duration(seconds):
@@ -21,9 +20,9 @@ class ShardProgress(threading.Thread):
     works whichever process or machine wrote them.
     """
 
-    def __init__(self, output_dir, total_shards, total_rows, interval=1.0, out=print):
+    def __init__(self, layout, total_shards, total_rows, interval=1.0, out=print):
         super().__init__(daemon=True)
-        self._pattern = FileSystems.join(output_dir, features.SHARD_STATUS_DIR, "*.json")
+        self._pattern = layout.status_files_glob()
         self._total_shards = total_shards
         self._total_rows = total_rows
         self._interval = interval
@@ -35,8 +34,6 @@ class ShardProgress(threading.Thread):
         self._baseline_rows = sum(self._rows_by_status.values())
 
     def _poll(self):
-        import json
-
         try:
             matches = FileSystems.match([self._pattern])[0].metadata_list
         except Exception:  # The folder may not exist yet.

@@ -12,8 +12,11 @@ import tensorflow as tf
 from tf_serving_input import features
 
 
-def make_example(encoded, image_format, height, width, source, key, label):
+def make_example(stored, codec, image_size, source, key, label):
     """Builds the tf.train.Example of one stored image (see README "Output contract").
+
+    `stored` goes under the storage codec's feature key (`image/encoded` for JPEG and
+    PNG, `image/raw` for raw pixels), its name under `image/format`.
 
     Serialize it with `SerializeToString(deterministic=True)`: the feature map is
     otherwise written in an order that changes from process to process.
@@ -25,10 +28,10 @@ def make_example(encoded, image_format, height, width, source, key, label):
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
     return tf.train.Example(features=tf.train.Features(feature={
-        features.IMAGE_ENCODED: bytes_feature(encoded),
-        features.IMAGE_FORMAT: bytes_feature(image_format.encode("ascii")),
-        features.IMAGE_HEIGHT: int_feature(height),
-        features.IMAGE_WIDTH: int_feature(width),
+        codec.feature_key: bytes_feature(stored),
+        features.IMAGE_FORMAT: bytes_feature(codec.name.encode("ascii")),
+        features.IMAGE_HEIGHT: int_feature(image_size),
+        features.IMAGE_WIDTH: int_feature(image_size),
         features.IMAGE_CHANNELS: int_feature(3),
         features.IMAGE_SOURCE: bytes_feature(source.encode("utf-8")),
         features.IMAGE_KEY: bytes_feature(key.encode("ascii")),

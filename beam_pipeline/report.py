@@ -10,8 +10,6 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline import progress
-from beam_pipeline.shard_writer import shard_paths
-from tf_serving_input import features
 
 _PACKAGES = ("beam-image-pipeline", "apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl", "pyarrow")
 
@@ -27,13 +25,12 @@ def library_versions():
     return versions
 
 
-def read_shard_statuses(output_dir, shard_names):
+def read_shard_statuses(layout, shard_names):
     """Loads the status file of every expected shard; raises RuntimeError naming missing ones."""
     statuses, missing = [], []
     for name in shard_names:
-        _, status_path = shard_paths(output_dir, name)
         try:
-            with FileSystems.open(status_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            with FileSystems.open(layout.status_file(name), compression_type=CompressionTypes.UNCOMPRESSED) as f:
                 statuses.append(json.loads(f.read()))
         except Exception:
             missing.append(name)
@@ -41,11 +38,6 @@ def read_shard_statuses(output_dir, shard_names):
         raise RuntimeError(f"{len(missing)} shard(s) never completed: {', '.join(missing[:5])}"
                            f"{' ...' if len(missing) > 5 else ''}")
     return statuses
-
-
-def reason_category(error):
-    """Groups reasons for the summary: 'image too large: 60000x60000' -> 'image too large'."""
-    return error.split(":", 1)[0].split(" (", 1)[0].strip()
 
 
 def build_manifest(job, statuses, statistics, wall_seconds, runner):
@@ -66,8 +58,7 @@ def build_manifest(job, statuses, statistics, wall_seconds, runner):
         "written": written,
         "failed": len(failures),
         "splits": dict(sorted(per_split.items())),
-        "failed_by_reason": dict(collections.Counter(reason_category(f["error"]) for f in failures)
-                                 .most_common()),
+        "failed_by_reason": dict(collections.Counter(f["reason"] for f in failures).most_common()),
         "shards": [{"file": s["file"], "split": s["split"], "records": s["records"],
                     "bytes": s["bytes"], "sha256": s["sha256"]}
                    for s in sorted(statuses, key=lambda s: s["file"])],
@@ -82,18 +73,16 @@ def build_manifest(job, statuses, statistics, wall_seconds, runner):
     }, failures
 
 
-def write_outputs(output_dir, manifest, failures):
+def write_outputs(layout, manifest, failures):
     """Writes errors.jsonl, then manifest.json (last, so its presence means the run finished)."""
-    errors_path = FileSystems.join(output_dir, features.ERRORS_FILE)
-    with FileSystems.create(errors_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with FileSystems.create(layout.errors_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         for failure in failures:
             f.write((json.dumps(failure, ensure_ascii=False) + "\n").encode("utf-8"))
-    manifest_path = FileSystems.join(output_dir, features.MANIFEST_FILE)
-    with FileSystems.create(manifest_path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+    with FileSystems.create(layout.manifest_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
 
 
-def format_summary(manifest, output_dir):
+def format_summary(manifest, layout):
     """The human summary table printed at the end of a run."""
     lines = ["", "Summary", "-------"]
 
@@ -115,7 +104,7 @@ def format_summary(manifest, output_dir):
                   f"{' ...' if len(stats['label_vocabulary']) > 10 else ''}")
     add("time", f"{progress.format_duration(manifest['wall_seconds'])} "
                 f"({manifest['images_per_second']} images/s)")
-    add("output", output_dir)
+    add("output", layout.root)
     if manifest["failed"]:
-        add("errors", FileSystems.join(output_dir, features.ERRORS_FILE))
+        add("errors", layout.errors_file)
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """The input CSV: validation before any work starts, rows, stable keys and shard assignment.
 
-Pure Python (no Beam, no TensorFlow), so the launcher can check a CSV in a
+Pure Python (no TensorFlow; Beam's FileSystems only when a file is opened, so
+that importing this module stays cheap), so the launcher can check a CSV in a
 streaming pass and the pipeline can read it with the very same code.
 """
 
@@ -12,15 +13,14 @@ import math
 import posixpath
 import re
 
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.io.filesystem import CompressionTypes
-
 DEFAULT_SPLIT = "train"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # A shard holds about this many rows unless --num_shards says otherwise.
 ROWS_PER_SHARD = 1000
 # Small splits still get a few shards, so that several workers share them.
 MIN_AUTO_SHARDS = 8
+# Never read more than this from one image file: a huge file is refused, not loaded.
+DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
 class CsvError(ValueError):
@@ -95,11 +95,6 @@ def auto_num_shards(rows):
     return min(rows, max(MIN_AUTO_SHARDS, math.ceil(rows / ROWS_PER_SHARD)))
 
 
-def shard_name(split, index, num_shards):
-    """File stem of a shard, e.g. 'train-00003-of-00016'."""
-    return f"{split}-{index:05d}-of-{num_shards:05d}"
-
-
 def resolve_path(source, csv_path):
     """Resolves a relative `source` against the folder of `csv_path`; URIs and absolute paths pass."""
     if "://" in source or source.startswith("/"):
@@ -113,6 +108,9 @@ def resolve_path(source, csv_path):
 
 
 def _open(csv_path):
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
     return FileSystems.open(csv_path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 

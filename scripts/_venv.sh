@@ -1,5 +1,7 @@
 # Sourced by the scripts: creates .venv at the repository root when missing and
 # installs the project into it (with the extras given as "$1", e.g. "[test]").
+# The install is editable, so code changes need no reinstall: pip runs again only when
+# setup.py or the extras asked for change (a stamp in .venv records what was installed).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -21,5 +23,25 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 fi
-echo "Installing beam-image-pipeline${1:-} into .venv (first time: a few minutes)"
-.venv/bin/python -m pip install --quiet -e ".${1:-}"
+STAMP_FILE=.venv/beam-image-pipeline.installed
+wanted="${1:-}"
+stamp="$(cksum < setup.py | cut -d' ' -f1) ${wanted:-[]}"
+# Installed with these extras (or a superset: "[test]" includes everything "" needs) from this setup.py?
+if [ -f "$STAMP_FILE" ] && { grep -qxF "$stamp" "$STAMP_FILE" || \
+     { [ -z "$wanted" ] && grep -q "^$(cksum < setup.py | cut -d' ' -f1) " "$STAMP_FILE"; }; }; then
+  return 0 2>/dev/null || exit 0
+fi
+echo "Installing beam-image-pipeline${wanted} into .venv (first time: a few minutes)"
+# setuptools' notes about editable installs are noise here; pip's errors still show.
+.venv/bin/python -m pip install --quiet -e ".${wanted}" 2> >(grep -v -e "BuildBackendWarning" \
+    -e "^  *!!" -e "^  *\*\*\*" -e "Please be careful" -e "name as your package" -e "with strategy, WheelFile" \
+    -e "^ *$" >&2)
+echo "$stamp" > "$STAMP_FILE"
+
+# Runs a command with TensorFlow's two start-up notices removed from its stderr: its C++ runtime
+# prints them (no GPU found, an absl logging note) before any setting can silence them. Everything
+# else on stderr, errors included, still shows.
+without_startup_noise() {
+  "$@" 2> >(grep --line-buffered -v -e "^WARNING: All log messages before absl::InitializeLog" \
+              -e "cudart_stub.cc:[0-9]*\] Could not find cuda drivers" >&2)
+}

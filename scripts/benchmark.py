@@ -36,6 +36,7 @@ from PIL import Image  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from tf_serving_input.features import IMAGE_FORMATS, PreprocessConfig  # noqa: E402  (no TensorFlow import)
+from tf_serving_input.layout import OutputLayout  # noqa: E402  (no TensorFlow import)
 CORES = os.cpu_count() or 1
 SIZE = 224
 TARGETS = {"job_vs_bare": 0.85, "reader_vs_after": 6.0, "shrink_speedup": 1.5, "shrink_psnr": 40.0,
@@ -133,10 +134,10 @@ def run_job(csv_path, out, *extra):
     sampler.join()
     if process.returncode != 0:
         raise RuntimeError(f"job failed ({' '.join(command)}):\n{stderr[-3000:]}")
-    with open(os.path.join(out, "manifest.json")) as f:
-        manifest = json.load(f)
+    layout = OutputLayout(out)
+    manifest = layout.load_manifest()
     statuses = []
-    for path in glob.glob(os.path.join(out, "shards", "*.json")):
+    for path in glob.glob(layout.status_files_glob()):
         with open(path) as f:
             statuses.append(json.load(f))
     return wall, manifest, peak[0], statuses
@@ -170,11 +171,12 @@ def _bare_init(config_values):
 
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    from tf_serving_input.preprocessing import encode_image, preprocess_image, stored_bytes
+    from tf_serving_input.codecs import codec_for, to_bytes
+    from tf_serving_input.preprocessing import preprocess_image
 
     config = PreprocessConfig.from_dict(config_values)
-    _BARE["bytes"] = stored_bytes
-    _BARE["fn"] = tf.function(lambda data: encode_image(preprocess_image(data, config), config),
+    _BARE["bytes"] = to_bytes
+    _BARE["fn"] = tf.function(lambda data: codec_for(config).encode(preprocess_image(data, config), config),
                               input_signature=[tf.TensorSpec([], tf.string)])
 
 
@@ -260,20 +262,22 @@ def parity_error(output_dir, raw_by_source, count=100):
     """Max and mean |stored - preprocessed| / std over up to `count` records (normalized units)."""
     import tensorflow as tf
 
+    from tf_serving_input import features
+    from tf_serving_input.codecs import parse_record
     from tf_serving_input.features import load_preprocess_config
-    from tf_serving_input.preprocessing import decode_stored_image, preprocess_image
+    from tf_serving_input.layout import OutputLayout
+    from tf_serving_input.preprocessing import preprocess_image
     from tf_serving_input.reader import shard_files
 
     config = load_preprocess_config(output_dir)
-    with open(os.path.join(output_dir, "manifest.json")) as f:
-        std = np.array(json.load(f)["statistics"]["pixel_std"])
+    std = np.array(OutputLayout(output_dir).load_manifest()["statistics"]["pixel_std"])
     worst, total, n = 0.0, 0.0, 0
     records = tf.data.TFRecordDataset(shard_files(output_dir, "train")).take(count)
+    source_spec = {features.IMAGE_SOURCE: tf.io.FixedLenFeature([], tf.string)}
     for record in records:
-        feature = tf.train.Example.FromString(record.numpy()).features.feature
-        stored = decode_stored_image(feature["image/encoded"].bytes_list.value[0], config.image_size,
-                                     config.image_format).numpy()
-        source = feature["image/source"].bytes_list.value[0].decode()
+        stored, parsed = parse_record(record, config, **source_spec)
+        stored = stored.numpy()
+        source = parsed[features.IMAGE_SOURCE].numpy().decode()
         fresh = preprocess_image(raw_by_source(source), config).numpy()
         difference = np.abs(stored.astype(np.float64) - fresh) / std
         worst, total, n = max(worst, float(difference.max())), total + float(difference.mean()), n + 1
@@ -290,7 +294,8 @@ def stage_rates(paths, config_values, count):
 
     from beam_pipeline.analysis import to_record_batch
     from beam_pipeline.records import frame_record, make_example
-    from tf_serving_input.preprocessing import decode_image, encode_image, resize_image, stored_bytes
+    from tf_serving_input.codecs import codec_for, to_bytes
+    from tf_serving_input.preprocessing import decode_image, resize_image
 
     config = PreprocessConfig.from_dict(config_values)
     paths = paths[:count]
@@ -299,7 +304,8 @@ def stage_rates(paths, config_values, count):
                          input_signature=[tf.TensorSpec([], tf.string)])
     resize = tf.function(lambda image: resize_image(image, SIZE, config.resize_mode),
                          input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
-    encode = tf.function(lambda image: encode_image(image, config),
+    codec = codec_for(config)
+    encode = tf.function(lambda image: codec.encode(image, config),
                          input_signature=[tf.TensorSpec([SIZE, SIZE, 3], tf.uint8)])
 
     from tf_serving_input.normalization import pixel_moments
@@ -322,11 +328,10 @@ def stage_rates(paths, config_values, count):
     datas = timed("read", read, paths)
     decoded = timed("decode", lambda d: decode(d), datas)
     resized = timed("resize/crop", lambda image: resize(image), decoded)
-    encoded = timed("encode", lambda image: stored_bytes(encode(image)), resized)
+    encoded = timed("encode", lambda image: to_bytes(encode(image)), resized)
     with tempfile.TemporaryFile() as out:
         def write(item):
-            record = make_example(item, config.image_format, SIZE, SIZE, "source.jpg", "0123456789abcdef",
-                                  "label")
+            record = make_example(item, codec, SIZE, "source.jpg", "0123456789abcdef", "label")
             framed = frame_record(record.SerializeToString(deterministic=True))
             hashlib.sha256(framed).digest()
             out.write(framed)

@@ -10,8 +10,8 @@ if [ ! -f "$CSV" ]; then
   exit 2
 fi
 echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
-.venv/bin/python -m beam_pipeline --input_csv "$CSV" --output_dir "$OUT" --overwrite "$@"
-.venv/bin/python -m beam_pipeline.inspect "$OUT" --contact_sheet "$OUT/contact_sheet.png"
+without_startup_noise .venv/bin/python -m beam_pipeline --input_csv "$CSV" --output_dir "$OUT" --overwrite "$@"
+without_startup_noise .venv/bin/python -m beam_pipeline.inspect "$OUT" --contact_sheet "$OUT/contact_sheet.png"
 # Then the rest of the path: train on the output, export for serving, serve one raw image.
-.venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
+without_startup_noise .venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
     --predict_image sample_data/images/cat/cat_000.jpg

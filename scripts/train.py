@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 from tf_serving_input import export_serving_model, make_dataset  # noqa: E402
 from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body  # noqa: E402
 from tf_serving_input.features import load_preprocess_config  # noqa: E402
+from tf_serving_input.layout import OutputLayout  # noqa: E402
 from tf_serving_input.normalization import read_statistics  # noqa: E402
 
 
@@ -58,8 +59,7 @@ def main(argv=None):
               file=sys.stderr)
         return 2
 
-    with open(os.path.join(args.output_dir, "manifest.json"), encoding="utf-8") as f:
-        train_images = json.load(f)["splits"]["train"]["written"]
+    train_images = OutputLayout(args.output_dir).load_manifest()["splits"]["train"]["written"]
     steps_per_epoch = max(1, train_images // args.batch_size)
     train = make_dataset(args.output_dir, "train", batch_size=args.batch_size, training=True, seed=args.seed,
                          repeat=True)

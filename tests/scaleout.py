@@ -5,7 +5,6 @@ the same shards, bit-identical statistics), so a run on another runner or
 filesystem must produce exactly what the default local runner produces.
 """
 
-import json
 import os
 import signal
 import socket
@@ -16,11 +15,8 @@ import time
 import numpy as np
 
 import imaging
-from beam_pipeline.records import iter_records, parse_example
-from tf_serving_input import features
+import outputs
 
-# Keys of manifest.json that legitimately differ between two runs of the same input.
-RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions")
 MISSING = "images/missing.jpg"
 
 
@@ -110,57 +106,13 @@ def stop_server(process):
     process.wait()
 
 
-def shard_bytes(out):
-    """{shard file name: bytes} of every finished shard."""
-    data_dir = os.path.join(out, features.DATA_DIR)
-    return {name: open(os.path.join(data_dir, name), "rb").read()
-            for name in sorted(os.listdir(data_dir)) if name.endswith(".tfrecord")}
-
-
-def keys_by_shard(out):
-    """{shard file name: [row key, ...] in file order}."""
-    return {name: [parse_example(record).features.feature[features.IMAGE_KEY].bytes_list.value[0].decode()
-                   for record in iter_records(data)]
-            for name, data in shard_bytes(out).items()}
-
-
-def manifest(out):
-    with open(os.path.join(out, features.MANIFEST_FILE), encoding="utf-8") as f:
-        return json.load(f)
-
-
-def errors(out):
-    with open(os.path.join(out, features.ERRORS_FILE), encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def comparable_manifest(out):
-    """The manifest without what differs between two runs of the same input (timings, runner)."""
-    return {key: value for key, value in manifest(out).items() if key not in RUN_SPECIFIC_KEYS}
-
-
-def assert_same_output(expected_out, actual_out):
-    """Two output folders hold the same shards (bytes, keys), counts, statistics and errors."""
-    expected, actual = shard_bytes(expected_out), shard_bytes(actual_out)
-    assert expected, f"no shards in {expected_out}"
-    assert sorted(actual) == sorted(expected)
-    assert keys_by_shard(actual_out) == keys_by_shard(expected_out)
-    for name in expected:
-        assert actual[name] == expected[name], f"shard {name} differs"
-    want, got = comparable_manifest(expected_out), comparable_manifest(actual_out)
-    for key in ("rows", "written", "failed", "splits", "failed_by_reason", "statistics", "shards", "config"):
-        assert got[key] == want[key], key
-    assert got == want
-    assert errors(actual_out) == errors(expected_out)
-
-
 def assert_small_dataset_run_matches(local_out, other_out, rows, runner):
     """A run of `make_small_dataset` on `runner` wrote what the local run wrote, missing file failed."""
-    written = manifest(other_out)
+    written = outputs.manifest(other_out)
     assert written["runner"] == runner
     assert (written["rows"], written["written"], written["failed"]) == (len(rows), len(rows) - 1, 1)
-    assert [e["source"] for e in errors(other_out)] == [MISSING]
-    assert_same_output(local_out, other_out)
+    assert [e["source"] for e in outputs.errors(other_out)] == [MISSING]
+    outputs.assert_same_output(local_out, other_out)
 
 
 def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600):

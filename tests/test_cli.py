@@ -1,6 +1,5 @@
 """End-to-end: the real command line, default runner, on good and bad files; the output contract."""
 
-import json
 import os
 import subprocess
 import sys
@@ -11,17 +10,18 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 import imaging
+import outputs
 from tf_serving_input import features
-from tf_serving_input.preprocessing import decode_stored_image
 
 SIZE = 32
-BAD = {
-    "missing.jpg": "file not found",
-    "empty.jpg": "empty file (0 bytes)",
-    "truncated.jpg": "truncated JPEG",
-    "notes.jpg": "not an image (unknown file format)",
-    "bomb.png": "image too large: 60000x60000 (more than max_pixels=100000000)",
+BAD = {  # file -> (reason code, words its detail must hold)
+    "missing.jpg": ("file_not_found", "missing.jpg"),
+    "empty.jpg": ("empty_file", "0 bytes"),
+    "truncated.jpg": ("truncated", "JPEG"),
+    "notes.jpg": ("not_an_image", "unknown file format"),
+    "bomb.png": ("too_many_pixels", "60000x60000 is more than max_pixels=100000000"),
 }
+pytestmark = pytest.mark.slow
 
 
 def run_cli(*args, module="beam_pipeline"):
@@ -63,12 +63,6 @@ def finished_run(tmp_path_factory):
     return result, out, rows
 
 
-def read_examples(path):
-    for record in tf.data.TFRecordDataset(str(path)):
-        feature = tf.train.Example.FromString(record.numpy()).features.feature
-        yield {key: (feature[key].bytes_list.value or feature[key].int64_list.value)[0] for key in feature}
-
-
 def test_run_succeeds_under_the_error_rate_with_progress_and_summary(finished_run):
     result, _, _ = finished_run
     assert result.returncode == 0, result.stderr[-3000:]
@@ -79,41 +73,43 @@ def test_run_succeeds_under_the_error_rate_with_progress_and_summary(finished_ru
 def test_output_contract_and_row_accounting(finished_run):
     result, out, rows = finished_run
     assert result.returncode == 0, result.stderr[-3000:]
-    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    manifest = outputs.manifest(out)
     assert manifest["rows"] == len(rows) == manifest["written"] + manifest["failed"]
     assert manifest["failed"] == len(BAD)
+    assert manifest["failed_by_reason"] == {reason: 1 for reason, _ in BAD.values()}
     assert {"splits", "shards", "config", "statistics", "wall_seconds", "versions"} <= set(manifest)
     assert manifest["versions"]["tensorflow-transform"].startswith("1.21")
     assert set(manifest["splits"]) == {"train", "validation"}
 
-    errors = [json.loads(line) for line in (out / features.ERRORS_FILE).read_text().splitlines()]
-    assert {e["source"]: e["error"] for e in errors} == BAD
-    assert all(e["key"] for e in errors)
+    errors = outputs.errors(out)
+    assert {e["source"]: e["reason"] for e in errors} == {name: reason for name, (reason, _) in BAD.items()}
+    for error in errors:
+        assert BAD[error["source"]][1] in error["detail"] and error["key"] and error["line"] >= 2
 
     seen = {}
     for shard in manifest["shards"]:
         name = os.path.basename(shard["file"])
         split, rest = name.split("-", 1)
         assert rest.endswith(".tfrecord") and "-of-" in rest
-        examples = list(read_examples(out / shard["file"]))
+        examples = outputs.examples(out / shard["file"])
         assert len(examples) == shard["records"]
         for example in examples:
-            assert example[features.IMAGE_FORMAT] == b"raw"  # The default.
+            assert example[features.IMAGE_FORMAT] == b"raw"  # The default: pixels under image/raw.
+            assert features.IMAGE_RAW in example and features.IMAGE_ENCODED not in example
             assert (example[features.IMAGE_HEIGHT], example[features.IMAGE_WIDTH],
                     example[features.IMAGE_CHANNELS]) == (SIZE, SIZE, 3)
-            image = decode_stored_image(example[features.IMAGE_ENCODED], SIZE, "raw").numpy()
-            assert image.shape == (SIZE, SIZE, 3)
+            assert example["pixels"].shape == (SIZE, SIZE, 3)
             seen[example[features.IMAGE_SOURCE].decode()] = (example[features.LABEL_TEXT].decode(), split,
                                                             example[features.IMAGE_KEY].decode())
     good = {name: (label, split) for name, label, split in rows if name not in BAD}
     assert {name: value[:2] for name, value in seen.items()} == good
     assert len({value[2] for value in seen.values()}) == len(good)  # Keys are unique.
-    assert not list(out.glob("data/*.incomplete")) and not (out / ".tmp").exists()
+    assert not list(out.rglob("*.incomplete")) and not (out / ".tmp").exists()
 
 
 def test_transform_output_loads_and_holds_the_statistics(finished_run):
     _, out, _ = finished_run
-    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    manifest = outputs.manifest(out)
     transform_output = tft.TFTransformOutput(str(out))
     assert set(transform_output.raw_feature_spec()) == {features.RAW_PIXEL_MOMENTS, features.RAW_LABEL}
     assert sorted(transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)) == [b"a", b"b", b"c"]
@@ -121,12 +117,15 @@ def test_transform_output_loads_and_holds_the_statistics(finished_run):
     assert len(stats["pixel_mean"]) == 3 and all(0 < m < 255 for m in stats["pixel_mean"])
     assert all(s > 1 for s in stats["pixel_std"])
     # The saved graph maps labels to vocabulary ids and holds the manifest's statistics.
-    outputs = transform_output.transform_raw_features({
+    transformed = transform_output.transform_raw_features({
         features.RAW_PIXEL_MOMENTS: tf.zeros([2, 7], tf.int64), features.RAW_LABEL: tf.constant(["b", "zebra"])})
     vocabulary = [v.decode() for v in transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
-    assert outputs[features.TRANSFORMED_LABEL].numpy().tolist() == [vocabulary.index("b"), features.UNKNOWN_LABEL_ID]
-    np.testing.assert_allclose(outputs[features.TRANSFORMED_PIXEL_MEAN].numpy()[0], stats["pixel_mean"], rtol=1e-6)
-    np.testing.assert_allclose(outputs[features.TRANSFORMED_PIXEL_STD].numpy()[0], stats["pixel_std"], rtol=1e-6)
+    assert transformed[features.TRANSFORMED_LABEL].numpy().tolist() == [vocabulary.index("b"),
+                                                                        features.UNKNOWN_LABEL_ID]
+    np.testing.assert_allclose(transformed[features.TRANSFORMED_PIXEL_MEAN].numpy()[0], stats["pixel_mean"],
+                               rtol=1e-6)
+    np.testing.assert_allclose(transformed[features.TRANSFORMED_PIXEL_STD].numpy()[0], stats["pixel_std"],
+                               rtol=1e-6)
 
 
 def test_inspect_prints_statistics_and_renders_a_contact_sheet(finished_run, tmp_path):
@@ -155,11 +154,11 @@ def test_too_many_failures_exit_non_zero_after_writing_everything(tmp_path):
     result = run_cli("--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(out),
                      "--image_size", "16", "--no_progress")
     assert result.returncode == 1
-    assert "1 of 2 rows failed" in result.stderr and "file not found: 1" in result.stderr
-    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
+    assert "1 of 2 rows failed" in result.stderr and "file_not_found: 1" in result.stderr
+    manifest = outputs.manifest(out)
     assert (manifest["rows"], manifest["written"], manifest["failed"]) == (2, 1, 1)
     assert manifest["statistics"]["label_vocabulary"] == []  # Unlabeled data is valid.
-    assert "gone.png" in (out / features.ERRORS_FILE).read_text()
+    assert [e["source"] for e in outputs.errors(out)] == ["gone.png"]
 
 
 @pytest.mark.parametrize("content,message", [

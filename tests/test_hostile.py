@@ -4,36 +4,40 @@ Each input is either written correctly or listed in errors.jsonl with a specific
 rows == written + failed. The table this test prints (pytest -s) is the list in the README.
 """
 
-import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 from PIL import Image
 
 import imaging
-from tf_serving_input import features
-from tf_serving_input.preprocessing import decode_stored_image
+import outputs
 
 SIZE = 32
+pytestmark = pytest.mark.slow
 UPRIGHT = imaging.quadrants(48, 64)
 
 
 def hostile_files():
-    """name -> (bytes or None (folder / absent), expected error or None when it must be written)."""
+    """name -> (bytes, "folder" or None (absent), expected reason code or None when it must be written)."""
     jpeg = imaging.encode(UPRIGHT, "JPEG", quality=95)
     rgba = np.dstack([UPRIGHT, np.full(UPRIGHT.shape[:2], 128, np.uint8)])
     files = {
-        "zero bytes.jpg": (b"", "empty file (0 bytes)"),
-        "truncated.jpg": (jpeg[: len(jpeg) // 3], "truncated JPEG"),
-        "text.jpg": (b"just some text, not a picture\n", "not an image (unknown file format)"),
-        "page.jpg": (b"<!DOCTYPE html><html><body>Not Found</body></html>", "not an image (unknown file format)"),
-        "bomb.png": (imaging.png_claiming_size(60000, 60000),
-                     "image too large: 60000x60000 (more than max_pixels=100000000)"),
-        "missing.jpg": (None, "file not found"),
-        "a folder.jpg": ("folder", "is a directory, not a file"),
+        "zero bytes.jpg": (b"", "empty_file"),
+        "truncated.jpg": (jpeg[: len(jpeg) // 3], "truncated"),
+        "bit flips.jpg": (jpeg[:400] + bytes(b ^ 0x5A for b in jpeg[400:700]) + jpeg[700:], "corrupt"),
+        "text.jpg": (b"just some text, not a picture\n", "not_an_image"),
+        "page.jpg": (b"<!DOCTYPE html><html><body>Not Found</body></html>", "not_an_image"),
+        "bomb.png": (imaging.png_claiming_size(60000, 60000), "too_many_pixels"),
+        "missing.jpg": (None, "file_not_found"),
+        "a folder.jpg": ("folder", "read_error"),
+        "scan.tiff": (imaging.encode(UPRIGHT, "TIFF"), "unsupported_format"),
+        "icon.ico": (imaging.encode(UPRIGHT, "ICO"), "unsupported_format"),
+        "drawing.svg": (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>', "unsupported_format"),
+        "paper.pdf": (b"%PDF-1.7\n%...", "unsupported_format"),
+        "photo.heic": (b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\x00" * 64, "unsupported_format"),
+        "photo.avif": (b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf" + b"\x00" * 64, "unsupported_format"),
         "png named.jpg": (imaging.encode(UPRIGHT, "PNG"), None),
         "cmyk.jpg": (imaging.encode(Image.fromarray(UPRIGHT).convert("CMYK"), "JPEG", quality=95), None),
         "gray.jpg": (imaging.encode(Image.fromarray(UPRIGHT).convert("L"), "JPEG"), None),
@@ -77,37 +81,29 @@ def hostile_run(tmp_path_factory):
     return files, rows, out
 
 
-def written_images(out):
-    images = {}
-    for path in sorted((out / features.DATA_DIR).glob("*.tfrecord")):
-        for record in tf.data.TFRecordDataset(str(path)):
-            feature = tf.train.Example.FromString(record.numpy()).features.feature
-            source = feature[features.IMAGE_SOURCE].bytes_list.value[0].decode()
-            image = decode_stored_image(feature[features.IMAGE_ENCODED].bytes_list.value[0], SIZE, "png").numpy()
-            images.setdefault(source, []).append((feature[features.IMAGE_KEY].bytes_list.value[0], image))
-    return images
-
-
 def test_every_hostile_input_is_written_or_explained(hostile_run):
     files, rows, out = hostile_run
-    manifest = json.loads((out / features.MANIFEST_FILE).read_text())
-    errors = {e["source"]: e["error"] for e in map(json.loads, (out / features.ERRORS_FILE).read_text().splitlines())}
-    images = written_images(out)
+    manifest = outputs.manifest(out)
+    errors = {e["source"]: e for e in outputs.errors(out)}
+    images = outputs.images_by_source(out)
     assert manifest["rows"] == len(rows) == manifest["written"] + manifest["failed"]
     print("\ninput | outcome")
     for name, (_, expected_error) in files.items():
-        outcome = f"failed: {errors[name]}" if name in errors else "written" if name in images else "LOST"
+        outcome = (f"failed: {errors[name]['reason']} ({errors[name]['detail']})" if name in errors
+                   else "written" if name in images else "LOST")
         print(f"{name} | {outcome}")
         if expected_error is None:
             assert name in images and name not in errors, outcome
             assert all(image.shape == (SIZE, SIZE, 3) for _, image in images[name])
         else:
-            assert errors.get(name) == expected_error and name not in images, outcome
+            assert errors.get(name, {}).get("reason") == expected_error and name not in images, outcome
+    for name in ("scan.tiff", "icon.ico", "drawing.svg", "paper.pdf", "photo.heic", "photo.avif"):
+        assert errors[name]["detail"].startswith(name.split(".")[-1].upper().replace("HEIC", "HEIF")), errors[name]
 
 
 def test_duplicates_are_kept_apart_and_exif_orientations_agree(hostile_run):
     _, _, out = hostile_run
-    images = written_images(out)
+    images = outputs.images_by_source(out)
     duplicates = images["png named.jpg"]
     assert len(duplicates) == 2 and duplicates[0][0] != duplicates[1][0]
     upright = images["exif 1.jpg"][0][1].astype(int)

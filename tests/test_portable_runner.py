@@ -14,6 +14,8 @@ import pytest
 
 import scaleout
 
+pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
+
 
 @pytest.fixture(scope="module")
 def portable_services(tmp_path_factory):

@@ -12,12 +12,15 @@ import pytest
 import tensorflow as tf
 
 import imaging
+import outputs as output_files
 import serving_loaders
 from tf_serving_input import export_serving_model, make_dataset
 from tf_serving_input import features
 from tf_serving_input.normalization import read_statistics
 from tf_serving_input.reader import shard_files
-from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body
+from tf_serving_input.serving import rest_instances_to_inputs
+
+pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
 
 SIZE = 24
 LABELS = ["cat", "dog", "cat", "bird", "dog", "cat", "bird", "cat", "dog", "cat"]
@@ -67,12 +70,7 @@ def job_outputs(tmp_path_factory, sample_photos):
 
 
 def sources_in_file_order(output_dir, split):
-    sources = []
-    for path in shard_files(output_dir, split):
-        for record in tf.data.TFRecordDataset(path):
-            feature = tf.train.Example.FromString(record.numpy()).features.feature
-            sources.append(feature[features.IMAGE_SOURCE].bytes_list.value[0].decode())
-    return sources
+    return [example[features.IMAGE_SOURCE].decode() for example in output_files.all_examples(output_dir, split)]
 
 
 def test_reader_shapes_labels_and_normalization(job_outputs):
@@ -85,7 +83,7 @@ def test_reader_shapes_labels_and_normalization(job_outputs):
     # Lossless storage: the train split normalized by its own statistics is exactly standardized.
     np.testing.assert_allclose(pixels.mean(axis=0), 0.0, atol=1e-4)
     np.testing.assert_allclose(pixels.std(axis=0), 1.0, atol=1e-4)
-    vocabulary = tf.io.gfile.GFile(os.path.join(outputs["png"], "transform_fn", "assets", "label")).read().split()
+    vocabulary = read_statistics(outputs["png"])[2]
     expected = [vocabulary.index(label) for _, label, split in rows if split == "train"]
     assert sorted(np.concatenate(labels).tolist()) == sorted(expected)
 
@@ -99,6 +97,7 @@ def test_reader_is_deterministic_when_not_training_and_batches_when_training(job
         np.array_equal(a, b) and np.array_equal(la, lb) for (a, la), (b, lb) in zip(first, second))
     train_rows = sum(1 for _, _, split in rows if split == "train")
     assert train_rows == 13 and first[-1][0].shape[0] == 13 - 5 * 2  # The last partial batch is kept.
+    assert make_dataset(outputs[image_format], "train", 5, training=False).cardinality().numpy() == 3
     assert sum(labels.shape[0] for _, labels in first) == 13 and all(
         labels.shape[0] == images.shape[0] for images, labels in first)
     training = make_dataset(outputs[image_format], "train", batch_size=5, training=True, repeat=True, seed=3)
@@ -133,90 +132,6 @@ def test_reader_in_a_distribution_strategy(job_outputs):
 def classifier(num_classes):
     return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes, activation="softmax")])
-
-
-@pytest.fixture(scope="module")
-def classifier_export(job_outputs, tmp_path_factory):
-    """A small classifier exported on the JPEG-stored output: (export_dir, labels)."""
-    outputs, _, rows = job_outputs
-    labels = sorted({label for _, label, split in rows if split == "train"})
-    keras.utils.set_random_seed(1)
-    export_dir = str(tmp_path_factory.mktemp("classifier") / "export")
-    return export_serving_model(classifier(len(labels)), outputs["jpeg"], export_dir), labels
-
-
-@pytest.mark.parametrize("loader", serving_loaders.LOADERS)
-def test_export_signatures_inputs_and_outputs(job_outputs, classifier_export, loader):
-    outputs, folder, _ = job_outputs
-    export_dir, labels = classifier_export
-    serve = serving_loaders.load_signature(export_dir, "serving_default", loader)
-    assert list(serve.input_names) == ["image_bytes"]
-    result = serve(image_bytes=[(folder / "img1.png").read_bytes(), (folder / "img2.jpg").read_bytes()])
-    assert set(result) == {"scores", "class_ids", "classes", "embedding"}
-    assert result["scores"].shape == (2, len(labels))
-    assert result["embedding"].shape == (2, 4) and result["embedding"].dtype == np.float32  # Conv2D(4) pooled.
-    assert set(result["classes"].tolist()) <= {label.encode() for label in labels}
-    vocabulary = read_statistics(outputs["jpeg"])[2]
-    assert [vocabulary[i].encode() for i in result["class_ids"]] == result["classes"].tolist()
-
-    record = next(iter(tf.data.TFRecordDataset(shard_files(outputs["jpeg"], "train")[0]))).numpy()
-    by_example = serving_loaders.load_signature(export_dir, "serving_examples", loader)(examples=[record])
-    assert set(by_example) == set(result) and by_example["scores"].shape == (1, len(labels))
-
-    with pytest.raises(tf.errors.InvalidArgumentError, match="not an image"):
-        serve(image_bytes=[b"this is not an image"])
-    serve.close()
-
-
-def test_every_loader_answers_the_same(job_outputs, classifier_export, tmp_path):
-    """tf.saved_model.load, the session loader TF Serving uses, and `saved_model_cli run` agree."""
-    _, folder, _ = job_outputs
-    export_dir, _ = classifier_export
-    images = [(folder / name).read_bytes() for name in ("img1.png", "img2.jpg", "img4.jpg")]
-    results = {loader: serving_loaders.load_signature(export_dir, "serving_default", loader)(image_bytes=images)
-               for loader in serving_loaders.LOADERS}
-    serving_loaders.assert_same_outputs(results["tf2"], results["session"])
-
-    request = tmp_path / "request.npy"
-    np.save(request, np.array(images, dtype=object))
-    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
-    ran = subprocess.run([cli, "run", "--dir", export_dir, "--tag_set", "serve", "--signature_def",
-                          "serving_default", "--inputs", f"image_bytes={request}", "--outdir", str(tmp_path / "cli")],
-                         capture_output=True, text=True, timeout=300)
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    from_cli = {path.stem: np.load(path, allow_pickle=True) for path in (tmp_path / "cli").glob("*.npy")}
-    serving_loaders.assert_same_outputs(results["tf2"], from_cli)
-
-    shown = subprocess.run([cli, "show", "--dir", export_dir, "--all"], capture_output=True, text=True, timeout=300)
-    assert shown.returncode == 0 and "image_bytes" in shown.stdout and "serving_examples" in shown.stdout
-
-
-def test_rest_body_feeds_the_session_loaded_signature(job_outputs, classifier_export):
-    """The REST body scripts/train.py prints has the inputs' names and shapes TF Serving expects."""
-    _, folder, _ = job_outputs
-    export_dir, labels = classifier_export
-    paths = [folder / "img3.png", folder / "img0.jpg"]
-    body = json.loads(json.dumps(rest_request_body(paths)))  # What goes over the wire.
-    serve = serving_loaders.load_signature(export_dir, body["signature_name"], "session")
-    inputs = rest_instances_to_inputs(body)
-    assert sorted(inputs) == sorted(serve.input_names) and inputs["image_bytes"][0] == paths[0].read_bytes()
-    result = serve(**inputs)
-    assert result["scores"].shape == (2, len(labels))
-
-
-def test_embedding_from_a_named_layer_or_none(job_outputs, tmp_path):
-    outputs, folder, _ = job_outputs
-    model = classifier(3)
-    named = export_serving_model(model, outputs["raw"], str(tmp_path / "named"), embedding_layer=model.layers[0].name)
-    result = serving_loaders.load_signature(named, "serving_default", "session")(
-        image_bytes=[(folder / "img1.png").read_bytes()])
-    assert result["embedding"].shape == (1, (SIZE - 2) * (SIZE - 2) * 4)  # The Conv2D map, flattened.
-    bare = export_serving_model(model, outputs["raw"], str(tmp_path / "bare"), embedding_layer=False)
-    result = serving_loaders.load_signature(bare, "serving_default", "session")(
-        image_bytes=[(folder / "img1.png").read_bytes()])
-    assert "embedding" not in result and result["scores"].shape == (1, 3)
-    with pytest.raises(ValueError, match="no_such_layer"):
-        export_serving_model(model, outputs["raw"], str(tmp_path / "bad"), embedding_layer="no_such_layer")
 
 
 @pytest.mark.parametrize("loader", serving_loaders.LOADERS)

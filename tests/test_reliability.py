@@ -1,6 +1,5 @@
 """Interrupted runs, resume, determinism and hostile inputs, through the real command line."""
 
-import json
 import os
 import signal
 import subprocess
@@ -9,10 +8,12 @@ import time
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import imaging
-from tf_serving_input import features
+import outputs
+from tf_serving_input.layout import OutputLayout
+
+pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
 
 
 def job_command(csv_path, out, *extra):
@@ -24,25 +25,6 @@ def run_job(csv_path, out, *extra):
     result = subprocess.run(job_command(csv_path, out, *extra), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
-
-
-def shard_bytes(out):
-    return {path.name: path.read_bytes() for path in sorted((out / features.DATA_DIR).glob("*.tfrecord"))}
-
-
-def keys_by_shard(out):
-    result = {}
-    for name, data in shard_bytes(out).items():
-        keys = []
-        for record in tf.data.TFRecordDataset(str(out / features.DATA_DIR / name)):
-            keys.append(tf.train.Example.FromString(record.numpy()).features.feature[
-                features.IMAGE_KEY].bytes_list.value[0])
-        result[name] = keys
-    return result
-
-
-def manifest(out):
-    return json.loads((out / features.MANIFEST_FILE).read_text())
 
 
 def photo_like(rng, height, width):
@@ -78,7 +60,7 @@ def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_p
     out = tmp_path / "out"
     process = subprocess.Popen(job_command(big_dataset, out, "--num_shards", "12"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
-    status_dir = out / features.SHARD_STATUS_DIR
+    status_dir = out / OutputLayout.STATUS_DIR
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
         if status_dir.exists() and list(status_dir.glob("*.json")):
@@ -88,19 +70,17 @@ def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_p
     process.wait()
     finished = list(status_dir.glob("*.json"))
     assert 0 < len(finished) < 24, "the run was not interrupted part-way"
-    assert not (out / features.MANIFEST_FILE).exists()
-    # Nothing under a final name is partial: each shard file there reads to its end.
-    for path in (out / features.DATA_DIR).glob("*.tfrecord"):
-        sum(1 for _ in tf.data.TFRecordDataset(str(path)))
+    assert not (out / OutputLayout.MANIFEST_FILE).exists()
+    outputs.assert_every_shard_reads_to_its_end(out)  # Nothing under a final name is partial.
 
     resumed = run_job(big_dataset, out, "--num_shards", "12")
     assert "Resuming:" in resumed.stdout
-    assert shard_bytes(out) == shard_bytes(uninterrupted)
-    first, second = manifest(uninterrupted), manifest(out)
+    assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)
+    first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
     for key in ("rows", "written", "failed", "splits", "shards", "failed_by_reason"):
         assert first[key] == second[key], key
     assert second["statistics"] == first["statistics"]  # Exact: statistics come from integer sums.
-    assert (out / features.ERRORS_FILE).read_text() == (uninterrupted / features.ERRORS_FILE).read_text()
+    assert outputs.errors(out) == outputs.errors(uninterrupted)
     assert not list(out.rglob("*.incomplete"))
 
 
@@ -108,9 +88,9 @@ def test_output_is_deterministic_whatever_the_worker_count(big_dataset, uninterr
     out = tmp_path / "out"
     run_job(big_dataset, out, "--num_shards", "12", "--direct_num_workers", "1",
             "--direct_running_mode", "in_memory")
-    assert shard_bytes(out) == shard_bytes(uninterrupted)  # Byte-identical shard files.
-    assert keys_by_shard(out) == keys_by_shard(uninterrupted)
-    first, second = manifest(uninterrupted), manifest(out)
+    assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)  # Byte-identical shard files.
+    assert outputs.keys_by_shard(out) == outputs.keys_by_shard(uninterrupted)
+    first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
     assert first["statistics"] == second["statistics"]  # Bit-identical mean, std and vocabulary.
     assert first["failed"] == 1 and first["written"] == 49  # The duplicate row is written twice.
 
@@ -123,4 +103,4 @@ def test_overwrite_replaces_output_of_another_configuration(big_dataset, tmp_pat
                              capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2 and "different input or configuration" in refused.stderr
     run_job(tmp_path / "small.csv", out, "--image_size", "16", "--overwrite")
-    assert manifest(out)["config"]["preprocess"]["image_size"] == 16
+    assert outputs.manifest(out)["config"]["preprocess"]["image_size"] == 16

@@ -13,7 +13,10 @@ import boto3
 import pytest
 
 import imaging
+import outputs
 import scaleout
+
+pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
 
 BUCKET = "images"
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
@@ -57,12 +60,12 @@ def uploaded(s3, tmp_path_factory):
 
 
 def check_output(out, sources):
-    manifest = scaleout.manifest(out)
+    manifest = outputs.manifest(out)
     assert (manifest["rows"], manifest["written"], manifest["failed"]) == (len(sources), len(sources) - 1, 1)
-    assert manifest["failed_by_reason"] == {"file not found": 1}
-    errors = scaleout.errors(out)
-    assert [(e["source"], e["error"]) for e in errors] == [(sources[-1], "file not found")]
-    written = sorted(key for keys in scaleout.keys_by_shard(out).values() for key in keys)
+    assert manifest["failed_by_reason"] == {"file_not_found": 1}
+    errors = outputs.errors(out)
+    assert [(e["source"], e["reason"]) for e in errors] == [(sources[-1], "file_not_found")]
+    written = sorted(key for keys in outputs.keys_by_shard(out).values() for key in keys)
     assert len(written) == len(sources) - 1
     assert manifest["statistics"]["label_vocabulary"] and len(manifest["statistics"]["pixel_mean"]) == 3
 

@@ -22,7 +22,10 @@ import sysconfig
 import pytest
 from apache_beam.runners.portability.stager import Stager
 
+import outputs
 import scaleout
+
+pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,7 +93,7 @@ def test_job_runs_from_the_sdist_install_outside_the_repository(sdist_venv):
     # Default runner: worker processes are started with this venv's python.
     result = scaleout.run_job(csv_path, out, python=python, cwd=work, env=clean_env())
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    manifest = scaleout.manifest(out)
+    manifest = outputs.manifest(out)
     assert (manifest["rows"], manifest["written"], manifest["failed"]) == (len(rows), len(rows) - 1, 1)
     assert manifest["versions"]["beam-image-pipeline"] == "0.1.0"
     assert manifest["statistics"]["label_vocabulary"]

@@ -84,4 +84,3 @@ def test_auto_num_shards_depends_on_rows_only():
     assert source.auto_num_shards(3) == 3
     assert source.auto_num_shards(300) == 8
     assert source.auto_num_shards(1_000_000) == 1000
-    assert source.shard_name("train", 3, 16) == "train-00003-of-00016"

@@ -5,10 +5,12 @@ sides cannot disagree about a feature key or a default.
 """
 
 import dataclasses
-import json
 
-# tf.train.Example keys written by the Beam job (tensorflow/models naming).
+# tf.train.Example keys written by the Beam job (tensorflow/models naming). An image is stored
+# under IMAGE_ENCODED when it is encoded (JPEG/PNG: what decoders that call decode_image expect)
+# and under IMAGE_RAW when it is raw uint8 pixels (see codecs.py).
 IMAGE_ENCODED = "image/encoded"
+IMAGE_RAW = "image/raw"
 IMAGE_FORMAT = "image/format"
 IMAGE_HEIGHT = "image/height"
 IMAGE_WIDTH = "image/width"
@@ -25,20 +27,14 @@ TRANSFORMED_PIXEL_MEAN = "pixel_mean"
 TRANSFORMED_PIXEL_STD = "pixel_std"
 LABEL_VOCABULARY = "label"
 
+# The raw 'pixel_moments' feature: per-channel sums, sums of squares, and the pixel count.
+PIXEL_MOMENTS = 7
+
 # Label id for rows that are unlabeled or whose label is not in the vocabulary.
 UNKNOWN_LABEL_ID = -1
 
 RESIZE_MODES = ("center_crop", "pad", "stretch")
 IMAGE_FORMATS = ("jpeg", "png", "raw")
-
-# Output folder layout (see README "Output contract").
-DATA_DIR = "data"
-SHARD_STATUS_DIR = "shards"
-MANIFEST_FILE = "manifest.json"
-ERRORS_FILE = "errors.jsonl"
-RUN_FILE = "run.json"
-SHARD_SUFFIX = ".tfrecord"
-
 
 @dataclasses.dataclass(frozen=True)
 class PreprocessConfig:
@@ -92,10 +88,7 @@ class PreprocessConfig:
 
 
 def load_preprocess_config(output_dir):
-    """Reads the PreprocessConfig a Beam job recorded in `output_dir/manifest.json`."""
-    import tensorflow as tf  # Deferred: keeps this module importable without TF.
+    """Reads the PreprocessConfig a Beam job recorded in its manifest."""
+    from tf_serving_input.layout import OutputLayout
 
-    path = f"{output_dir.rstrip('/')}/{MANIFEST_FILE}"
-    with tf.io.gfile.GFile(path, "r") as f:
-        manifest = json.load(f)
-    return PreprocessConfig.from_dict(manifest["config"]["preprocess"])
+    return PreprocessConfig.from_dict(OutputLayout(output_dir).load_manifest()["config"]["preprocess"])

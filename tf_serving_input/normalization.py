@@ -16,7 +16,7 @@ import tensorflow_transform as tft
 
 from tf_serving_input import features
 
-MOMENTS = 7  # sum R, G, B; sum of squares R, G, B; pixel count.
+MOMENTS = features.PIXEL_MOMENTS  # sum R, G, B; sum of squares R, G, B; pixel count.
 
 
 def pixel_moments(image):

@@ -5,20 +5,19 @@ functions, so an image is turned into model input the same way everywhere.
 Every function works eagerly, inside `tf.data` and inside a `tf.function`
 (the tests check all three), and none of them uses Python per pixel.
 
-Failures raise `tf.errors.InvalidArgumentError`; the checks this module makes
-itself carry a readable reason ("not an image", "image too large: 60000x60000")
-that callers can show to users as is (see `error_reason`).
+Before decoding, `inspect_image` checks what the bytes are and what their
+header claims, and returns what it found as numbers (a problem index into
+`failures.PROBLEMS`, the format, the size): the Beam job records a failed row
+from those without parsing any message. `preprocess_image` and `decode_image`
+turn a problem into `tf.errors.InvalidArgumentError` whose message starts with
+the reason code ("not_an_image: ...", "too_many_pixels: ..."), which is what a
+serving request sees. A decode op that fails on bad data raises its own error.
 """
-
-import re
 
 import tensorflow as tf
 
+from tf_serving_input import failures, formats
 from tf_serving_input.features import PreprocessConfig
-
-# Index of each container format in the tf.switch_case branches below.
-_JPEG, _PNG, _GIF, _BMP, _WEBP = range(5)
-FORMAT_NAMES = ("jpeg", "png", "gif", "bmp", "webp")
 
 _EXIF_ORIENTATION_TAG = 0x0112
 # EXIF (APP1) must sit within the first 64 KiB: a JPEG segment is at most that long.
@@ -49,25 +48,36 @@ def _big_endian(raw):
     return _little_endian(tf.reverse(raw, [0]))
 
 
-def sniff_format(data):
-    """Returns the container format of encoded image bytes as an int32 index.
+def _match_signatures(head, signatures):
+    """Index into formats.NAMES of the first of `signatures` that `head` matches, else -1."""
+    index = tf.constant(-1, tf.int32)
+    for name, parts in reversed(signatures):  # Built back to front: the first match wins.
+        matches = [tf.strings.regex_full_match(head, "(?s).*" + "".join(f"\\x{b:02x}" for b in magic) + ".*")
+                   if offset == formats.ANYWHERE
+                   else tf.equal(tf.strings.substr(head, offset, len(magic)), magic)
+                   for offset, magic in parts]
+        index = tf.where(tf.reduce_all(tf.stack(matches)), formats.NAMES.index(name), index)
+    return index
 
-    The format comes from the magic bytes, never from a file name: 0 jpeg,
-    1 png, 2 gif, 3 bmp, 4 webp, -1 anything else.
+
+_SIGNATURE_BYTES = max(offset + len(magic) for _, parts in formats.SIGNATURES for offset, magic in parts)
+_DECODED_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] in formats.SUPPORTED)
+_OTHER_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] not in formats.SUPPORTED)
+
+
+def sniff_format(data):
+    """Returns the container format of encoded bytes as an int32 index into `formats.NAMES`.
+
+    The format comes from the magic bytes (`formats.SIGNATURES`), never from a
+    file name: 0..4 are the decoded formats (jpeg, png, gif, bmp, webp), higher
+    indices formats recognised only to name them, -1 anything else.
     """
-    data = _header(tf.convert_to_tensor(data, tf.string))
-    head4 = tf.strings.substr(data, 0, 4)
-    is_jpeg = tf.equal(tf.strings.substr(data, 0, 3), b"\xff\xd8\xff")
-    is_png = tf.equal(tf.strings.substr(data, 0, 8), b"\x89PNG\r\n\x1a\n")
-    is_gif = tf.logical_or(tf.equal(tf.strings.substr(data, 0, 6), b"GIF87a"),
-                           tf.equal(tf.strings.substr(data, 0, 6), b"GIF89a"))
-    is_bmp = tf.equal(tf.strings.substr(data, 0, 2), b"BM")
-    is_webp = tf.logical_and(tf.equal(head4, b"RIFF"),
-                             tf.equal(tf.strings.substr(data, 8, 4), b"WEBP"))
-    flags = tf.stack([is_jpeg, is_png, is_gif, is_bmp, is_webp])
-    return tf.where(tf.reduce_any(flags),
-                    tf.cast(tf.argmax(tf.cast(flags, tf.int32)), tf.int32),
-                    tf.constant(-1, tf.int32))
+    # Zero-padded, so that reading a signature's bytes never runs off the end of a short file.
+    head = tf.strings.join([tf.strings.substr(tf.convert_to_tensor(data, tf.string), 0, formats.SNIFF_BYTES),
+                            b"\0" * _SIGNATURE_BYTES])
+    decoded = _match_signatures(head, _DECODED_SIGNATURES)
+    # Only bytes of no decoded format pay for the longer list (and its text search).
+    return tf.cond(decoded >= 0, lambda: decoded, lambda: _match_signatures(head, _OTHER_SIGNATURES))
 
 
 def _webp_dimensions(data):
@@ -192,23 +202,76 @@ def jpeg_shrink_index(height_width, shrink_to, resize_mode):
     return tf.add_n([tf.cast(side // factor >= shrink_to, tf.int32) for factor in (2, 4, 8)])
 
 
+def inspect_image(data, max_pixels=PreprocessConfig.max_pixels):
+    """What the bytes are, before any pixel is decoded: (problem, format, [height, width]).
+
+    `problem` (int32) indexes `failures.PROBLEMS`: 0 when the image can be
+    decoded, else not an image, an unsupported format, more pixels than
+    `max_pixels`, or a header claiming zero size. `format` (int32) indexes
+    `formats.NAMES` (-1: unknown); [height, width] (int64) is the header's.
+    """
+    data = tf.convert_to_tensor(data, tf.string)
+    image_format = sniff_format(data)
+    supported = tf.logical_and(image_format >= 0, image_format < len(formats.SUPPORTED))
+    height_width = tf.cond(supported,
+                           lambda: header_dimensions(data, tf.clip_by_value(image_format, 0, 4)),
+                           lambda: tf.zeros([2], tf.int64))
+    pixels = height_width[0] * height_width[1]
+    checks = [  # In failures.PROBLEMS order: the first failing check is the problem.
+        image_format < 0,
+        image_format >= len(formats.SUPPORTED),
+        pixels > max_pixels,
+        pixels <= 0,
+    ]
+    problem = tf.constant(0, tf.int32)
+    for index, failed in reversed(list(enumerate(checks, start=1))):
+        problem = tf.where(failed, index, problem)
+    return problem, image_format, height_width
+
+
+def problem_detail(problem, image_format, height_width, max_pixels):
+    """The readable detail (a string tensor) of a problem `inspect_image` found; '' when none."""
+    decoded = ", ".join(name.upper() for name in formats.SUPPORTED)
+    name = tf.gather(tf.constant([name.upper() for name in formats.NAMES] + ["?"]),
+                     tf.where(image_format < 0, len(formats.NAMES), image_format))
+    size = tf.strings.format("{}x{}", (height_width[1], height_width[0]))
+    branches = {
+        None: lambda: tf.constant(""),
+        failures.NOT_AN_IMAGE: lambda: tf.constant(f"unknown file format (decoded formats: {decoded})"),
+        failures.UNSUPPORTED_FORMAT: lambda: tf.strings.join(
+            [name, f" is not supported (decoded formats: {decoded})"]),
+        failures.TOO_MANY_PIXELS: lambda: tf.strings.join(
+            [size, f" is more than max_pixels={max_pixels}"]),
+        failures.CORRUPT: lambda: tf.strings.join(["invalid ", name, " header (", size, ")"]),
+    }
+    return tf.switch_case(problem, [branches[reason] for reason in failures.PROBLEMS])
+
+
+def assert_decodable(problem, image_format, height_width, max_pixels):
+    """An op that fails with '<reason code>: <detail>' when `inspect_image` found a problem."""
+    reason = tf.gather(tf.constant([reason or "" for reason in failures.PROBLEMS]), problem)
+    message = tf.strings.join([reason, ": ", problem_detail(problem, image_format, height_width, max_pixels)])
+    return tf.debugging.Assert(tf.equal(problem, 0), [message], summarize=1)
+
+
 def decode_image(data, max_pixels=PreprocessConfig.max_pixels, shrink_to=None, resize_mode="center_crop"):
     """Decodes JPEG/PNG/GIF/BMP/WebP bytes into an upright RGB uint8 [H, W, 3] tensor.
 
-    See `decode_image_with_box`, which this calls.
+    Checks the bytes first (`inspect_image`); see `decode_checked_image`.
     """
-    return decode_image_with_box(data, max_pixels, shrink_to, resize_mode)[0]
+    problem, image_format, height_width = inspect_image(data, max_pixels)
+    with tf.control_dependencies([assert_decodable(problem, image_format, height_width, max_pixels)]):
+        data = tf.identity(data)
+    return decode_checked_image(data, image_format, height_width, shrink_to, resize_mode)[0]
 
 
-def decode_image_with_box(data, max_pixels=PreprocessConfig.max_pixels, shrink_to=None,
-                             resize_mode="center_crop"):
-    """Decodes image bytes; returns (upright RGB uint8 [H, W, 3], box float32 [4]).
+def decode_checked_image(data, image_format, height_width, shrink_to=None, resize_mode="center_crop"):
+    """Decodes image bytes `inspect_image` passed; returns (upright RGB uint8 [H, W, 3], box float32 [4]).
 
-    The format is detected from the content. The header's size is checked
-    against `max_pixels` before any pixel is decoded. JPEGs of any colour space
-    (grayscale, CMYK) become RGB and follow their EXIF orientation; 16-bit PNGs
-    are scaled to 8 bits; palettes are expanded; alpha is composited over
-    white; an animated GIF gives its first frame.
+    `image_format` and `height_width` are what `inspect_image` returned. JPEGs
+    of any colour space (grayscale, CMYK) become RGB and follow their EXIF
+    orientation; 16-bit PNGs are scaled to 8 bits; palettes are expanded;
+    alpha is composited over white; an animated GIF gives its first frame.
 
     With `shrink_to` set, a JPEG much larger than needed is decoded at 1/2, 1/4
     or 1/8 scale in the DCT domain (libjpeg's shrink-on-load), keeping the side
@@ -223,19 +286,6 @@ def decode_image_with_box(data, max_pixels=PreprocessConfig.max_pixels, shrink_t
     place its crop exactly where the full decode puts it.
     """
     data = tf.convert_to_tensor(data, tf.string)
-    image_format = sniff_format(data)
-    checks = [tf.debugging.Assert(image_format >= 0, ["not an image (unknown file format)"])]
-    with tf.control_dependencies(checks):
-        height_width = header_dimensions(data, tf.maximum(image_format, 0))
-    pixels = height_width[0] * height_width[1]
-    too_large = tf.strings.format("image too large: {}x{} (more than max_pixels={})",
-                                  (height_width[1], height_width[0], max_pixels))
-    checks = [
-        tf.debugging.Assert(pixels > 0, ["invalid image header (zero size)"]),
-        tf.debugging.Assert(pixels <= max_pixels, [too_large], summarize=1),
-    ]
-    with tf.control_dependencies(checks):
-        data = tf.identity(data)
 
     def jpeg():
         orientation = exif_orientation(data)
@@ -262,7 +312,7 @@ def decode_image_with_box(data, max_pixels=PreprocessConfig.max_pixels, shrink_t
         image.set_shape([None, None, None])
         return to_rgb(image), _whole_box(image)
 
-    image, box = tf.switch_case(image_format, [jpeg, other, other, other, other])
+    image, box = tf.switch_case(tf.clip_by_value(image_format, 0, 4), [jpeg, other, other, other, other])
     image.set_shape([None, None, 3])
     return image, box
 
@@ -290,7 +340,7 @@ def resize_image(image, image_size, resize_mode="center_crop", box=None):
     central square (the crop may start between pixels: it is placed exactly),
     'pad' scales the longer side to image_size and pads with black, 'stretch'
     scales each side independently. `box` (top, left, height, width; see
-    `decode_image_with_box`) is where the picture lies in the image; it
+    `decode_checked_image`) is where the picture lies in the image; it
     defaults to the whole image.
     """
     size = tf.constant(float(image_size))
@@ -325,63 +375,20 @@ def resize_image(image, image_size, resize_mode="center_crop", box=None):
     return result
 
 
-def preprocess_image(data, config=PreprocessConfig()):
-    """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees."""
-    image, box = decode_image_with_box(
-        data, max_pixels=config.max_pixels, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
+def preprocess_checked_image(data, image_format, height_width, config=PreprocessConfig()):
+    """Image bytes `inspect_image` passed -> the model-sized RGB uint8 [S, S, 3] image training sees."""
+    image, box = decode_checked_image(
+        data, image_format, height_width, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
         resize_mode=config.resize_mode)
     return resize_image(image, config.image_size, config.resize_mode, box)
 
 
-def encode_image(image, config=PreprocessConfig()):
-    """Encodes a preprocessed uint8 image in the configured storage format.
+def preprocess_image(data, config=PreprocessConfig()):
+    """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees.
 
-    Returns a scalar string tensor for 'jpeg' and 'png'. For 'raw' it returns the
-    uint8 pixels unchanged: TensorFlow has no op that emits a tensor's bytes, so
-    `stored_bytes` does that on the host.
+    Bytes that are no decodable image fail with '<reason code>: <detail>'.
     """
-    if config.image_format == "jpeg":
-        # Full-resolution chroma (4:4:4): ~25% more bytes than 4:2:0 at quality 95, but it
-        # halves the worst train/serve pixel difference on colour edges (see README).
-        return tf.io.encode_jpeg(image, quality=config.jpeg_quality, chroma_downsampling=False)
-    if config.image_format == "png":
-        return tf.io.encode_png(image)
-    return image
-
-
-def stored_bytes(encoded):
-    """The bytes to store for an evaluated `encode_image` result (raw: row-major HWC pixels)."""
-    value = encoded.numpy() if hasattr(encoded, "numpy") else encoded
-    return value if isinstance(value, bytes) else value.tobytes()
-
-
-def decode_stored_image(encoded, image_size, image_format):
-    """Decodes one image the Beam job stored (`image_format` 'jpeg', 'png' or 'raw') into uint8 [S, S, 3]."""
-    if image_format == "raw":
-        # A record of the wrong length fails the reshape, naming both sizes.
-        image = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [image_size, image_size, 3])
-    else:
-        image = tf.io.decode_image(encoded, channels=3, dtype=tf.uint8, expand_animations=False)
-    image.set_shape([image_size, image_size, 3])
-    return image
-
-
-# Graph mode reports a failed tf.debugging.Assert as "assertion failed: [reason]",
-# eager mode as "... Summarized data: b'reason'".
-_ASSERTION = re.compile(r"assertion failed: \[(.*?)\]|Summarized data: b['\"](.*?)['\"]\s*$", re.S)
-
-
-def error_reason(error):
-    """Returns the readable reason carried by an error from `decode_image`, else its first line."""
-    message = getattr(error, "message", None) or str(error)
-    match = _ASSERTION.search(message)
-    if match:
-        return match.group(1) or match.group(2)
-    # Graph-mode errors wrap the op's message in a traceback of where the node was defined.
-    message = re.sub(r"Graph execution error:\s*", "", message)
-    message = re.sub(r"Detected at node .*?\(most recent call last\):\n(?:[ \t]+.*\n|\n)*", "", message)
-    message = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message)
-    message = re.sub(r"\s*\[\[\{\{node .*", "", message, flags=re.S)
-    message = re.sub(r"\s*\[Op:[^\]]*\].*", "", message, flags=re.S)
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
+    problem, image_format, height_width = inspect_image(data, config.max_pixels)
+    with tf.control_dependencies([assert_decodable(problem, image_format, height_width, config.max_pixels)]):
+        data = tf.identity(data)
+    return preprocess_checked_image(data, image_format, height_width, config)

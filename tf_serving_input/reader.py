@@ -3,8 +3,9 @@
     ds = make_dataset(output_dir, split="train", batch_size=64, training=True)  # (images, labels)
 
 Files are interleaved in parallel, records are shuffled while still
-serialized, then decoded: 'raw' storage is parsed and decoded a whole batch
-per op (no image decoding at all), JPEG/PNG one image per parallel map call.
+serialized, then decoded by the storage codec (codecs.py): 'raw' storage is
+parsed and decoded a whole batch per op (no image decoding at all), JPEG/PNG
+one image per parallel map call.
 Each *batch* is normalized in one XLA-fused op with the statistics held by the
 tensorflow-transform graph the job saved (read from it once, never typed
 twice), then prefetched. Labels are mapped with the job's TFT vocabulary.
@@ -16,9 +17,10 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from tf_serving_input import features
-from tf_serving_input.features import load_preprocess_config
+from tf_serving_input.codecs import codec_for, parse_record, parse_records
+from tf_serving_input.features import PreprocessConfig
+from tf_serving_input.layout import OutputLayout
 from tf_serving_input.normalization import normalize_images, read_statistics
-from tf_serving_input.preprocessing import decode_stored_image
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Read buffer per open shard: raw records are ~150 KB, and TFRecordDataset's 256 KiB default
@@ -30,10 +32,7 @@ READ_BUFFER_BYTES = 4 << 20
 # (measured 39 vs 155 us per 224x224 image; outputs are bit-identical, see tests).
 _normalize_fused = tf.function(normalize_images, jit_compile=True)
 
-_RECORD_SPEC = {
-    features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
-    features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string, default_value=""),
-}
+_LABEL_SPEC = {features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string, default_value="")}
 
 
 def _usable_cores():
@@ -45,7 +44,7 @@ def _usable_cores():
 
 def shard_files(output_dir, split):
     """The split's shard files, sorted; raises ValueError naming the folder when there are none."""
-    pattern = f"{output_dir.rstrip('/')}/{features.DATA_DIR}/{split}-*-of-*{features.SHARD_SUFFIX}"
+    pattern = OutputLayout(output_dir).shard_files_glob(split)
     files = sorted(tf.io.gfile.glob(pattern))
     if not files:
         raise ValueError(f"no shards match {pattern}: is {output_dir} the --output_dir of a finished "
@@ -104,7 +103,8 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
     Labels are ids in the job's label vocabulary; unlabeled or unknown labels
     are `features.UNKNOWN_LABEL_ID` (-1).
     """
-    config = load_preprocess_config(output_dir)
+    manifest = OutputLayout(output_dir).load_manifest()
+    config = PreprocessConfig.from_dict(manifest["config"]["preprocess"])
     transform_output = transform_output or tft.TFTransformOutput(output_dir)
     mean, std, _ = read_statistics(output_dir, transform_output)
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
@@ -136,24 +136,18 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
     if repeat:
         records = records.repeat()
 
-    size = config.image_size
-    if config.image_format == "raw":
+    if codec_for(config).batch_decodes:
         def parse_and_decode_batch(batch):
-            # Fixed-size pixels: one vectorized parse and one decode_raw for the whole batch
+            # Fixed-size pixels: one vectorized parse and one decode for the whole batch
             # (~1.6x the records/s of parsing one record per map call).
-            parsed = tf.io.parse_example(batch, _RECORD_SPEC)
-            # The batch dimension from the input keeps its static size (fixed batches when the
-            # remainder is dropped) and makes a record of the wrong length fail, not misalign.
-            shape = tf.concat([tf.shape(batch), [size, size, 3]], axis=0)
-            images = tf.reshape(tf.io.decode_raw(parsed[features.IMAGE_ENCODED], tf.uint8), shape)
+            images, parsed = parse_records(batch, config, **_LABEL_SPEC)
             return images, parsed[features.LABEL_TEXT]
 
         dataset = records.batch(batch_size, drop_remainder=drop_remainder)
         dataset = dataset.map(parse_and_decode_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     else:
         def parse_and_decode(record):
-            parsed = tf.io.parse_single_example(record, _RECORD_SPEC)
-            image = decode_stored_image(parsed[features.IMAGE_ENCODED], size, config.image_format)
+            image, parsed = parse_record(record, config, **_LABEL_SPEC)
             return image, parsed[features.LABEL_TEXT]
 
         dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
@@ -168,4 +162,11 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
         return images, labels_table.lookup(label_text)
 
     dataset = dataset.map(normalize_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if not repeat and input_context is None:
+        # The number of batches is known from the manifest: Keras then shows progress totals and
+        # does not warn "input ran out of data" at the end of each validation pass, and a split
+        # whose shards hold fewer records than the manifest says fails instead of passing silently.
+        records_in_split = manifest["splits"].get(split, {}).get("written", 0)
+        batches = records_in_split // batch_size if drop_remainder else -(-records_in_split // batch_size)
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(AUTOTUNE).with_options(options)

@@ -23,10 +23,10 @@ import keras
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from tf_serving_input import features
+from tf_serving_input.codecs import parse_records
 from tf_serving_input.features import load_preprocess_config
 from tf_serving_input.normalization import normalize_images, read_statistics
-from tf_serving_input.preprocessing import decode_stored_image, preprocess_image
+from tf_serving_input.preprocessing import preprocess_image
 
 # TensorFlow Serving's REST API takes {"b64": ...} for inputs whose name ends in "_bytes".
 IMAGE_BYTES_INPUT = "image_bytes"
@@ -117,10 +117,7 @@ def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
 
     def serve_examples(examples):
         """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""
-        parsed = tf.io.parse_example(examples, {features.IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string)})
-        images = tf.map_fn(lambda data: decode_stored_image(data, size, config.image_format),
-                           parsed[features.IMAGE_ENCODED], fn_output_signature=image_spec)
-        return predict(images)
+        return predict(parse_records(examples, config)[0])
 
     archive = keras.export.ExportArchive()
     archive.track(serving_model)

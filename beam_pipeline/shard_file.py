@@ -1,0 +1,137 @@
+"""One shard file on any Beam filesystem: temporary name, framing, checksum, publishing, status, verification.
+
+    with ShardFileWriter(layout, name) as shard:
+        for record in records:
+            shard.write(record)
+        status = shard.publish({"rows": ..., "failed": [...]})
+
+Each attempt writes under its own temporary name (`layout.temp_path` with a
+random attempt id), so two attempts at one shard (a runner's retry, a
+duplicate work item, a second run) never write into one file. Publishing
+renames the complete file over the final name, never deleting it first: on
+a local disk the rename replaces it atomically, on object stores the copy
+does. Attempts write byte-identical shards, so whichever lands last is right;
+an attempt that finds the shard already published with its own checksum keeps
+that one and discards its copy. The status file (records, checksum) is
+published the same way, after the data: a shard counts as done only once its
+status exists and its file matches it (`read_verified`).
+"""
+
+import hashlib
+import json
+import uuid
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.records import frame_record
+from tf_serving_input.layout import temp_path
+
+_RAW = CompressionTypes.UNCOMPRESSED
+
+
+def new_attempt_id():
+    """A unique id for one attempt at writing a file."""
+    return uuid.uuid4().hex[:12]
+
+
+class ShardFileWriter:
+    """Writes one shard's records (TFRecord framing) and publishes the file and its status."""
+
+    def __init__(self, layout, name):
+        self._layout = layout
+        self._name = name
+        self._attempt = new_attempt_id()
+        self.data_path = layout.shard_file(name)
+        self.status_path = layout.status_file(name)
+        self._temp_path = temp_path(self.data_path, self._attempt)
+        self._file = None
+        self._checksum = hashlib.sha256()
+        self.records = 0
+        self.bytes = 0
+
+    def __enter__(self):
+        self._file = FileSystems.create(self._temp_path, compression_type=_RAW)
+        return self
+
+    def write(self, record):
+        """Appends one serialized record."""
+        framed = frame_record(record)
+        self._file.write(framed)
+        self._checksum.update(framed)
+        self.records += 1
+        self.bytes += len(framed)
+
+    def __exit__(self, error_type, error, traceback):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if error_type is not None:  # Leave no temporary file behind a failed attempt.
+            _delete_quietly(self._temp_path)
+        return False
+
+    def publish(self, status):
+        """Closes the file, publishes it under its final name, then its status; returns the status.
+
+        `status` gets the shard's name, file, records, bytes and sha256 added.
+        """
+        self.__exit__(None, None, None)
+        status = dict(status, name=self._name, file=self._layout.relative_shard_file(self._name),
+                      records=self.records, bytes=self.bytes, sha256=self._checksum.hexdigest())
+        published = read_status(self.status_path)
+        if (published and published.get("sha256") == status["sha256"]
+                and _size(self.data_path) == status["bytes"]):
+            _delete_quietly(self._temp_path)  # Another attempt published this very shard: keep it.
+            return published
+        FileSystems.rename([self._temp_path], [self.data_path])
+        write_json(self.status_path, status)
+        return status
+
+
+def write_json(path, value):
+    """Writes JSON under an attempt-unique temporary name, then renames it over `path`."""
+    temp = temp_path(path, new_attempt_id())
+    with FileSystems.create(temp, mime_type="application/json", compression_type=_RAW) as f:
+        f.write(json.dumps(value, ensure_ascii=False, indent=1).encode("utf-8"))
+    FileSystems.rename([temp], [path])
+
+
+def read_status(status_path):
+    """A published status dict, or None when there is none (or it cannot be read)."""
+    try:
+        with FileSystems.open(status_path, compression_type=_RAW) as f:
+            return json.loads(f.read())
+    except Exception:  # noqa: BLE001 - absent or unreadable: not published.
+        return None
+
+
+def read_verified(layout, name, rows):
+    """(status, file bytes) of a shard an earlier attempt completed for these `rows`, else None.
+
+    The file must exist with the size and SHA-256 its status records.
+    """
+    status = read_status(layout.status_file(name))
+    if not status or status.get("rows") != rows:
+        return None
+    try:
+        with FileSystems.open(layout.shard_file(name), compression_type=_RAW) as f:
+            data = f.read()
+    except Exception:  # noqa: BLE001 - no file: not complete.
+        return None
+    if len(data) != status.get("bytes") or hashlib.sha256(data).hexdigest() != status.get("sha256"):
+        return None
+    return status, data
+
+
+def _size(path):
+    try:
+        return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
+    except Exception:  # noqa: BLE001 - absent.
+        return None
+
+
+def _delete_quietly(path):
+    try:
+        FileSystems.delete([path])
+    except Exception:  # noqa: BLE001 - already gone.
+        pass

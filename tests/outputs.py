@@ -1,0 +1,110 @@
+"""Reading a job's output folder back, for every test: shards, records, manifest, errors, comparisons.
+
+Records are read with TensorFlow's own TFRecordDataset and `tf.train.Example`
+parser (the standard consumers), not with the job's framing code.
+"""
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tf_serving_input import features
+from tf_serving_input.codecs import CODECS
+from tf_serving_input.layout import OutputLayout
+
+# Keys of manifest.json that legitimately differ between two runs of the same input.
+RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions")
+
+
+def layout(out):
+    return OutputLayout(str(out))
+
+
+def shard_paths(out, split="*"):
+    """The finished shard files of `split` (all by default), sorted."""
+    return sorted(tf.io.gfile.glob(layout(out).shard_files_glob(split)))
+
+
+def shard_bytes(out):
+    """{shard file name: bytes} of every finished shard."""
+    return {os.path.basename(path): open(path, "rb").read() for path in shard_paths(out)}
+
+
+def examples(path):
+    """The records of one shard file as dicts: every feature's value, plus the decoded `pixels`."""
+    result = []
+    for record in tf.data.TFRecordDataset(str(path)):
+        feature = tf.train.Example.FromString(record.numpy()).features.feature
+        values = {key: (feature[key].bytes_list.value or feature[key].int64_list.value)[0] for key in feature}
+        codec = CODECS[values[features.IMAGE_FORMAT].decode()]
+        size = values[features.IMAGE_HEIGHT]
+        values["pixels"] = codec.decode(values[codec.feature_key], size).numpy()
+        result.append(values)
+    return result
+
+
+def all_examples(out, split="*"):
+    """Every record of `split` in shard order, as `examples` returns them."""
+    return [example for path in shard_paths(out, split) for example in examples(path)]
+
+
+def images_by_source(out):
+    """{source path as in the CSV: [(key, uint8 image), ...]} over every shard."""
+    images = {}
+    for example in all_examples(out):
+        images.setdefault(example[features.IMAGE_SOURCE].decode(), []).append(
+            (example[features.IMAGE_KEY].decode(), example["pixels"]))
+    return images
+
+
+def keys_by_shard(out):
+    """{shard file name: [row key, ...] in file order}."""
+    return {os.path.basename(path): [e[features.IMAGE_KEY].decode() for e in examples(path)]
+            for path in shard_paths(out)}
+
+
+def manifest(out):
+    return json.loads(open(layout(out).manifest_file, encoding="utf-8").read())
+
+
+def errors(out):
+    with open(layout(out).errors_file, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def reasons_by_source(out):
+    """{source: reason code} of every failed row."""
+    return {error["source"]: error["reason"] for error in errors(out)}
+
+
+def comparable_manifest(out):
+    """The manifest without what differs between two runs of the same input (timings, runner)."""
+    return {key: value for key, value in manifest(out).items() if key not in RUN_SPECIFIC_KEYS}
+
+
+def assert_same_output(expected_out, actual_out):
+    """Two output folders hold the same shards (bytes, keys), counts, statistics and errors."""
+    expected, actual = shard_bytes(expected_out), shard_bytes(actual_out)
+    assert expected, f"no shards in {expected_out}"
+    assert sorted(actual) == sorted(expected)
+    assert keys_by_shard(actual_out) == keys_by_shard(expected_out)
+    for name in expected:
+        assert actual[name] == expected[name], f"shard {name} differs"
+    want, got = comparable_manifest(expected_out), comparable_manifest(actual_out)
+    for key in ("rows", "written", "failed", "splits", "failed_by_reason", "statistics", "shards", "config"):
+        assert got[key] == want[key], key
+    assert got == want
+    assert errors(actual_out) == errors(expected_out)
+
+
+def assert_every_shard_reads_to_its_end(out):
+    """Nothing under a final name is partial: each shard file there reads to its end with CRCs checked."""
+    for path in shard_paths(out):
+        for _ in tf.data.TFRecordDataset(path):
+            pass
+
+
+def normalized_difference(a, b):
+    return np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))

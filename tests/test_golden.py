@@ -1,0 +1,59 @@
+"""The job's output bytes on the bundled sample set are exactly those recorded in tests/golden/.
+
+The set is the first 64 rows of sample_data/sample.csv, copied with their relative
+paths (paths and keys are part of the bytes) into a temporary folder.
+
+Guards the output contract against unintended change: a refactoring, a new library
+version or another machine that alters a single stored byte fails here, naming the
+shard. For an intended change, regenerate: UPDATE_GOLDEN=1 pytest tests/test_golden.py
+"""
+
+import csv
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+import outputs
+import scaleout
+from conftest import SAMPLE_DIR
+
+pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "sample_32px.json")
+ROWS = 64
+
+
+@pytest.fixture(scope="module")
+def sample_subset(tmp_path_factory):
+    """The first ROWS rows of the sample CSV and their images, same relative paths: the CSV's path."""
+    folder = tmp_path_factory.mktemp("golden")
+    with open(os.path.join(SAMPLE_DIR, "sample.csv"), newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))[:ROWS + 1]
+    for path, _, _ in rows[1:]:
+        os.makedirs(folder / os.path.dirname(path), exist_ok=True)
+        shutil.copy(os.path.join(SAMPLE_DIR, path), folder / path)
+    with open(folder / "sample.csv", "w", newline="", encoding="utf-8") as f:
+        csv.writer(f).writerows(rows)
+    return folder / "sample.csv"
+
+
+@pytest.mark.parametrize("image_format", ["raw", "png", "jpeg"])
+def test_sample_set_output_bytes_match_the_golden_record(sample_subset, tmp_path, image_format):
+    out = tmp_path / "out"
+    result = scaleout.run_job(sample_subset, out, "--image_size", "32",
+                              "--image_format", image_format)  # The later --image_size wins.
+    assert result.returncode == 0, result.stderr[-3000:]
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in outputs.shard_bytes(out).items()}
+    with open(GOLDEN, encoding="utf-8") as f:
+        golden = json.load(f)
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden["formats"][image_format] = digests
+        with open(GOLDEN, "w", encoding="utf-8") as f:
+            json.dump(golden, f, indent=1)
+    expected = golden["formats"][image_format]
+    assert sorted(digests) == sorted(expected)
+    changed = [name for name in expected if digests[name] != expected[name]]
+    assert not changed, f"{image_format} shards whose bytes changed: {changed}"

@@ -1,0 +1,43 @@
+"""The job's flags: defaults, validation, absolute paths, and the local-runner defaults added to Beam's."""
+
+import os
+
+import pytest
+
+from beam_pipeline import options
+from tf_serving_input.layout import LAYOUT_VERSION
+
+
+def test_defaults_and_what_goes_to_beam(tmp_path):
+    job, beam_args = options.parse_args(["--input_csv", "in.csv", "--output_dir", "out/", "--project=p"])
+    assert job.input_csv == os.path.abspath("in.csv") and job.output_dir == os.path.abspath("out")
+    assert (job.preprocess.image_size, job.preprocess.resize_mode, job.preprocess.image_format) == (
+        224, "center_crop", "raw")
+    assert job.preprocess.jpeg_shrink_on_load and job.num_shards == 0 and job.progress and not job.overwrite
+    assert beam_args[0] == "--project=p" and "--runner=FnApiRunner" in beam_args
+    assert f"--direct_num_workers={os.cpu_count()}" in beam_args
+    assert "--direct_running_mode=multi_processing" in beam_args
+    assert job.to_dict()["layout_version"] == LAYOUT_VERSION
+
+
+def test_uris_pass_unchanged_and_given_runner_flags_are_kept():
+    job, beam_args = options.parse_args(["--input_csv", "gs://b/in.csv", "--output_dir", "gs://b/out/",
+                                         "--runner", "DataflowRunner", "--no_progress", "--image_format=png"])
+    assert job.input_csv == "gs://b/in.csv" and job.output_dir == "gs://b/out"
+    assert beam_args == ["--runner", "DataflowRunner"] and not job.progress
+    assert not options.is_local_runner(beam_args)
+    _, beam_args = options.parse_args(["--input_csv", "a", "--output_dir", "b", "--direct_num_workers=1"])
+    assert beam_args.count("--direct_num_workers=1") == 1 and options.is_local_runner(beam_args)
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--image_size", "0"], "image_size must be >= 1"),
+    (["--jpeg_quality", "101"], "jpeg_quality"),
+    (["--num_shards", "-1"], "--num_shards must be >= 0"),
+    (["--max_error_rate", "1.5"], "--max_error_rate must be between 0 and 1"),
+    (["--image_format", "tiff"], "invalid choice"),
+])
+def test_bad_flags_exit_with_usage(capsys, flags, message):
+    with pytest.raises(SystemExit) as caught:
+        options.parse_args(["--input_csv", "a", "--output_dir", "b", *flags])
+    assert caught.value.code == 2 and message in capsys.readouterr().err

@@ -1,0 +1,54 @@
+"""Manifest, errors.jsonl and the summary, from shard statuses (in process)."""
+
+import json
+
+import pytest
+
+from beam_pipeline import options, report
+from tf_serving_input.layout import OutputLayout
+
+
+def status(name, split, rows, records, failed=(), size=100):
+    return {"name": name, "split": split, "file": f"data/{name}.tfrecord", "rows": rows, "records": records,
+            "failed": list(failed), "bytes": size, "sha256": "ab" * 32}
+
+
+def failure(line, reason):
+    return {"source": f"{line}.jpg", "key": f"k{line}", "line": line, "split": "train", "reason": reason,
+            "detail": "..."}
+
+
+@pytest.fixture
+def manifest_and_failures():
+    job, _ = options.parse_args(["--input_csv", "in.csv", "--output_dir", "out"])
+    statuses = [status("validation-00000-of-00001", "validation", 2, 2),
+                status("train-00001-of-00002", "train", 3, 1, [failure(9, "truncated"), failure(4, "file_not_found")]),
+                status("train-00000-of-00002", "train", 4, 3, [failure(7, "file_not_found")])]
+    return report.build_manifest(job, statuses, ([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], ["cat"]), 2.0, "FnApiRunner")
+
+
+def test_manifest_counts_every_row_and_reason(manifest_and_failures):
+    manifest, failures = manifest_and_failures
+    assert (manifest["rows"], manifest["written"], manifest["failed"]) == (9, 6, 3)
+    assert manifest["failed_by_reason"] == {"file_not_found": 2, "truncated": 1}
+    assert [f["line"] for f in failures] == [4, 7, 9]  # CSV order.
+    assert manifest["splits"] == {"train": {"rows": 7, "written": 4, "failed": 3, "shards": 2},
+                                  "validation": {"rows": 2, "written": 2, "failed": 0, "shards": 1}}
+    assert [s["file"] for s in manifest["shards"]] == sorted(s["file"] for s in manifest["shards"])
+    assert manifest["images_per_second"] == 3.0 and manifest["versions"]["tensorflow"]
+
+
+def test_outputs_and_summary(manifest_and_failures, tmp_path):
+    manifest, failures = manifest_and_failures
+    layout = OutputLayout(str(tmp_path))
+    report.write_outputs(layout, manifest, failures)
+    assert [json.loads(line)["line"] for line in open(layout.errors_file)] == [4, 7, 9]
+    assert json.loads(open(layout.manifest_file).read()) == manifest
+    summary = report.format_summary(manifest, layout)
+    assert "file_not_found" in summary and "pixel mean (RGB)       1.00, 2.00, 3.00" in summary
+    assert layout.errors_file in summary
+
+
+def test_missing_statuses_are_named(tmp_path):
+    with pytest.raises(RuntimeError, match="never completed: train-00000-of-00001"):
+        report.read_shard_statuses(OutputLayout(str(tmp_path)), ["train-00000-of-00001"])

@@ -1,0 +1,73 @@
+"""Why a row failed: stable reason codes (the output contract's `reason`) and readable details.
+
+Every failed row in errors.jsonl carries one code from `REASONS` plus a
+human `detail`; the manifest's `failed_by_reason` counts codes. Codes never
+change meaning; details are free text and may. Pure Python.
+"""
+
+from tf_serving_input import formats
+
+FILE_NOT_FOUND = "file_not_found"
+EMPTY_FILE = "empty_file"
+TOO_LARGE_FILE = "too_large_file"
+TOO_MANY_PIXELS = "too_many_pixels"
+TRUNCATED = "truncated"
+CORRUPT = "corrupt"
+UNSUPPORTED_FORMAT = "unsupported_format"
+NOT_AN_IMAGE = "not_an_image"
+READ_ERROR = "read_error"
+UNEXPECTED = "unexpected"
+
+REASONS = {
+    FILE_NOT_FOUND: "the path names no file",
+    EMPTY_FILE: "the file has 0 bytes",
+    TOO_LARGE_FILE: "the file is larger than --max_file_bytes (it is not read whole)",
+    TOO_MANY_PIXELS: "the header claims more pixels than --max_pixels (refused before decoding)",
+    TRUNCATED: "the image data ends early (an interrupted download or copy)",
+    CORRUPT: "the image data or its header cannot be decoded",
+    UNSUPPORTED_FORMAT: "a recognised image or document format that is not decoded (the detail names it)",
+    NOT_AN_IMAGE: "the content is no known image format (text, HTML, ...)",
+    READ_ERROR: "the file exists but could not be read (permissions, a directory, I/O error)",
+    UNEXPECTED: "anything else: a bug to report, with the detail",
+}
+
+# The checks the preprocessing makes before decoding (preprocessing.inspect_image), by the index
+# its TensorFlow ops return; preprocessing.problem_detail says what each found.
+PROBLEMS = (None, NOT_AN_IMAGE, UNSUPPORTED_FORMAT, TOO_MANY_PIXELS, CORRUPT)
+
+
+class RowFailure(Exception):
+    """One row's failure: a stable `reason` code and a readable `detail`."""
+
+    def __init__(self, reason, detail):
+        assert reason in REASONS, reason
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+    def __eq__(self, other):
+        return isinstance(other, RowFailure) and (self.reason, self.detail) == (other.reason, other.detail)
+
+    def __hash__(self):
+        return hash((self.reason, self.detail))
+
+
+def describe_decode_failure(data, error):
+    """The RowFailure for image bytes a decode op refused: truncated or corrupt, with the op's words."""
+    name = formats.sniff(data) or "image"
+    reason = TRUNCATED if formats.looks_truncated(data, name) else CORRUPT
+    return RowFailure(reason, f"{name.upper()} data could not be decoded: {op_error_message(error)}")
+
+
+def op_error_message(error):
+    """What a TensorFlow op said, in one line, without the graph's node and traceback decoration."""
+    message = getattr(error, "message", None) or str(error)
+    for line in message.splitlines():
+        if line[:1].isspace():  # A traceback's "File ..." lines, the "[[{{node ...}}]]" trailer.
+            continue
+        if line.startswith("{{function_node"):  # "{{function_node NAME}} the op's words"
+            line = line.partition("}}")[2].strip()
+        if not line or line.startswith(("Detected at node", "Graph execution error")):
+            continue
+        return line.split(" [Op:")[0].split("\n")[0].strip()
+    return type(error).__name__

@@ -1,0 +1,192 @@
+"""The output folders' contract: every path, file name and glob, in one place.
+
+    layout = OutputLayout("out/")          # what `python -m beam_pipeline` writes
+    layout.shard_file("train-00003-of-00016")   -> 'out/data/train-00003-of-00016.tfrecord'
+    layout.load_manifest()
+
+The job, the reader, the serving export, inspect, the scripts and the predict
+job (`PredictionLayout`) all build their paths here, joined one way (`join`)
+that suits local folders and URIs (gs://, s3://) alike, for Beam's
+FileSystems and TensorFlow's gfile. Pure Python: importing it loads neither
+TensorFlow nor Beam.
+"""
+
+import json
+
+# Version of the layout and record contract. A run refuses to resume output written under
+# another version (run.json records it): its shards would not match the new ones.
+LAYOUT_VERSION = 2
+TEMP_SUFFIX = ".incomplete"
+
+
+def join(base, *parts):
+    """`base/part/...` with '/' separators: the one path join for local folders and URIs."""
+    if base.endswith("://") or base == "/":  # A bucket-less scheme or the root: keep its slashes.
+        return base + "/".join(parts)
+    return "/".join([base.rstrip("/"), *parts])
+
+
+def shard_name(split, index, num_shards):
+    """File stem of a shard, e.g. 'train-00003-of-00016'."""
+    return f"{split}-{index:05d}-of-{num_shards:05d}"
+
+
+def shard_glob(split="*"):
+    """A glob matching the stems of every shard of `split` (all splits by default)."""
+    return f"{split}-*-of-*"
+
+
+def temp_path(path, attempt):
+    """Where attempt `attempt` (a unique id) writes `path` before publishing it under its final name."""
+    return f"{path}.{attempt}{TEMP_SUFFIX}"
+
+
+def is_local(path):
+    """Whether `path` is a local path (not a URI such as gs://...)."""
+    return "://" not in path or path.startswith("file://")
+
+
+def read_text(path):
+    """The text of a file: locally with Python's open, elsewhere with TensorFlow's gfile."""
+    if is_local(path):
+        with open(path.removeprefix("file://"), encoding="utf-8") as f:
+            return f.read()
+    import tensorflow as tf  # Only for URIs: reading a local manifest stays fast.
+
+    with tf.io.gfile.GFile(path, "r") as f:
+        return f.read()
+
+
+def _exists(path):
+    if is_local(path):
+        import os
+
+        return os.path.exists(path.removeprefix("file://"))
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path)
+
+
+class RunFolder:
+    """What every run's output folder holds: shard status files, the manifest, errors, run record, lock, logs."""
+
+    STATUS_DIR = "shards"
+    MANIFEST_FILE = "manifest.json"
+    ERRORS_FILE = "errors.jsonl"
+    RUN_FILE = "run.json"
+    LOCK_FILE = ".lock"
+    LOG_DIR = "logs"
+    DATA_DIR = None  # Set by each kind of folder.
+    SHARD_SUFFIX = None
+
+    def __init__(self, root):
+        self.root = root
+
+    def path(self, *parts):
+        """A path inside the folder."""
+        return join(self.root, *parts)
+
+    @property
+    def data_dir(self):
+        return self.path(self.DATA_DIR)
+
+    @property
+    def status_dir(self):
+        return self.path(self.STATUS_DIR)
+
+    @property
+    def manifest_file(self):
+        return self.path(self.MANIFEST_FILE)
+
+    @property
+    def errors_file(self):
+        return self.path(self.ERRORS_FILE)
+
+    @property
+    def run_file(self):
+        return self.path(self.RUN_FILE)
+
+    @property
+    def lock_file(self):
+        return self.path(self.LOCK_FILE)
+
+    @property
+    def log_dir(self):
+        return self.path(self.LOG_DIR)
+
+    def relative_shard_file(self, name):
+        """A shard's path relative to the folder, as the manifest lists it."""
+        return f"{self.DATA_DIR}/{name}{self.SHARD_SUFFIX}"
+
+    def shard_file(self, name):
+        """The data file of the shard whose stem is `name`."""
+        return self.path(self.relative_shard_file(name))
+
+    def status_file(self, name):
+        """The status file a shard gets once its data file is complete."""
+        return self.path(self.STATUS_DIR, name + ".json")
+
+    def shard_files_glob(self, split="*"):
+        return self.path(self.DATA_DIR, shard_glob(split) + self.SHARD_SUFFIX)
+
+    def status_files_glob(self):
+        return self.path(self.STATUS_DIR, "*.json")
+
+    def temp_files_globs(self):
+        """Globs of the temporary files attempts leave while writing (stale once no run holds the lock)."""
+        return [self.path(folder, "*" + TEMP_SUFFIX) for folder in (self.DATA_DIR, self.STATUS_DIR)]
+
+    def load_manifest(self):
+        """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
+        if not _exists(self.manifest_file):
+            raise FileNotFoundError(f"{self.manifest_file} not found: is {self.root} the --output_dir of a "
+                                    "finished run?")
+        return json.loads(read_text(self.manifest_file))
+
+
+class OutputLayout(RunFolder):
+    """The preprocessing job's --output_dir (see README "Output contract")."""
+
+    DATA_DIR = "data"
+    SHARD_SUFFIX = ".tfrecord"
+    TRANSFORM_FN_DIR = "transform_fn"
+    TRANSFORMED_METADATA_DIR = "transformed_metadata"
+    RAW_METADATA_DIR = "metadata"
+    TFT_TEMP_DIR = ".tmp"
+
+    @property
+    def raw_metadata_dir(self):
+        """The raw schema tensorflow-transform's `raw_feature_spec()` reads."""
+        return self.path(self.RAW_METADATA_DIR)
+
+    @property
+    def tft_temp_dir(self):
+        """tensorflow-transform's temporary folder when no --temp_location is given."""
+        return self.path(self.TFT_TEMP_DIR)
+
+    @classmethod
+    def entries(cls):
+        """Every top-level name a run writes: what --overwrite removes."""
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
+                cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR,
+                cls.LOG_DIR)
+
+    @classmethod
+    def kept_on_resume(cls):
+        """What a resumed run keeps: finished shards and their status files (verified before reuse)."""
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE, cls.LOG_DIR)
+
+
+class PredictionLayout(RunFolder):
+    """The predict job's --output_dir: Parquet shards of predictions and embeddings."""
+
+    DATA_DIR = "predictions"
+    SHARD_SUFFIX = ".parquet"
+
+    @classmethod
+    def entries(cls):
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.LOG_DIR)
+
+    @classmethod
+    def kept_on_resume(cls):
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE, cls.LOG_DIR)
