@@ -62,20 +62,16 @@ def _tft_temp_dir(layout, pipeline_options):
 
 
 def run(argv=None):
-    """Runs the job; returns the process exit code (0 ok, 1 too many failures, 2 refused)."""
+    """Runs the job; returns the process exit code (0 ok, 1 failed, 2 refused before any work)."""
     job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv)
 
-    import time
-
-    import apache_beam as beam
     from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-    from beam_pipeline import output_dir, report, runners
+    from beam_pipeline import output_dir, run_errors, runners
     from beam_pipeline import source as csv_source
-    from beam_pipeline.pipeline import all_shard_keys, build_pipeline
-    from beam_pipeline.progress import ShardProgress
-    from tf_serving_input.layout import OutputLayout, shard_name
+    from beam_pipeline.run_lock import LockHeld, OutputLock
+    from tf_serving_input.layout import OutputLayout
 
     runners.quiet_library_logs()
     layout = OutputLayout(job.output_dir)
@@ -89,12 +85,37 @@ def run(argv=None):
         if reason:
             print(f"error: {flag} {reason}", file=sys.stderr)
             return 2
+    step = run_errors.Step(f"reading the CSV {job.input_csv}")
+    run_log = run_errors.RunLog(layout.log_dir)
     try:
         csv_summary = csv_source.summarize_csv(job.input_csv, job.columns)
-        finished_earlier = output_dir.prepare(layout, run_fingerprint(job), job.overwrite)
-    except (csv_source.CsvError, output_dir.OutputDirError) as error:
+        step.now(f"preparing the output folder {job.output_dir}")
+        with OutputLock(layout.lock_file) as lock:
+            if lock.notice:
+                print(f"notice: {lock.notice}", flush=True)
+            finished_earlier = output_dir.prepare(layout, run_fingerprint(job), job.overwrite)
+            return _run_locked(job, beam_args, pipeline_options, layout, csv_summary, finished_earlier, step,
+                               run_log)
+    except (csv_source.CsvError, output_dir.OutputDirError, LockHeld) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:  # noqa: BLE001 - the run itself failed: one line, the traceback in a log.
+        print(run_errors.one_line(error, step.doing, run_log.write(error)), file=sys.stderr)
+        return 1
+
+
+def _run_locked(job, beam_args, pipeline_options, layout, csv_summary, finished_earlier, step, run_log):
+    """The run, once the output folder is locked and prepared; returns the exit code."""
+    import time
+
+    import apache_beam as beam
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    from beam_pipeline import report, runners
+    from beam_pipeline.pipeline import all_shard_keys, build_pipeline
+    from beam_pipeline.progress import ShardProgress
+    from tf_serving_input.layout import shard_name
 
     shard_counts = shard_counts_for(job, csv_summary)
     names = [shard_name(split, index, shard_counts[split]) for split, index in all_shard_keys(shard_counts)]
@@ -111,8 +132,10 @@ def run(argv=None):
         monitor = ShardProgress(layout, len(names), csv_summary.rows)
         monitor.start()
     started = time.time()
+    step.now(f"writing shards to {layout.data_dir}")
     try:
-        with beam.Pipeline(runner=runners.local_runner(pipeline_options), options=pipeline_options) as pipeline:
+        with run_log.capture(), beam.Pipeline(runner=runners.local_runner(pipeline_options),
+                                              options=pipeline_options) as pipeline:
             build_pipeline(pipeline, job, shard_counts, _tft_temp_dir(layout, pipeline_options))
     finally:
         if monitor:
@@ -121,7 +144,15 @@ def run(argv=None):
 
     from tf_serving_input.normalization import read_statistics  # TF loads after Beam's workers start.
 
+    step.now(f"checking the shards in {layout.data_dir}")
     statuses = report.read_shard_statuses(layout, names)
+    problems = report.shard_file_problems(layout, statuses)
+    if problems:
+        print(f"error: {len(problems)} shard file(s) are missing or damaged after the run: "
+              f"{', '.join(problems[:10])}{' ...' if len(problems) > 10 else ''}; run the same command again "
+              "to rewrite them", file=sys.stderr)
+        return 1
+    step.now(f"writing the manifest to {layout.root}")
     statistics = read_statistics(job.output_dir)
     manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner)
     report.write_outputs(layout, manifest, failures)

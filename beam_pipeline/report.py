@@ -40,6 +40,24 @@ def read_shard_statuses(layout, shard_names):
     return statuses
 
 
+def shard_file_problems(layout, statuses):
+    """The shard files that are missing or not of the size their status records, as 'file (why)'.
+
+    One listing of the data folder, so it is cheap on object stores too; the checksums were
+    computed while writing or verified while resuming, in this run.
+    """
+    sizes = {metadata.path: metadata.size_in_bytes
+             for result in FileSystems.match([layout.shard_files_glob()]) for metadata in result.metadata_list}
+    problems = []
+    for status in sorted(statuses, key=lambda s: s["file"]):
+        size = sizes.get(layout.path(status["file"]))
+        if size is None:
+            problems.append(f"{status['file']} (missing)")
+        elif size != status["bytes"]:
+            problems.append(f"{status['file']} ({size} bytes, its status says {status['bytes']})")
+    return problems
+
+
 def build_manifest(job, statuses, statistics, wall_seconds, runner):
     """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
     failures = sorted((f for s in statuses for f in s["failed"]), key=lambda f: f["line"])

@@ -166,15 +166,14 @@ class OutputLayout(RunFolder):
 
     @classmethod
     def entries(cls):
-        """Every top-level name a run writes: what --overwrite removes."""
+        """Every top-level name a run writes: what --overwrite removes (logs/ and the lock stay)."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
-                cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR,
-                cls.LOG_DIR)
+                cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR)
 
     @classmethod
     def kept_on_resume(cls):
         """What a resumed run keeps: finished shards and their status files (verified before reuse)."""
-        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE, cls.LOG_DIR)
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE)
 
 
 class PredictionLayout(RunFolder):
@@ -185,8 +184,8 @@ class PredictionLayout(RunFolder):
 
     @classmethod
     def entries(cls):
-        return (cls.DATA_DIR, cls.STATUS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.LOG_DIR)
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE)
 
     @classmethod
     def kept_on_resume(cls):
-        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE, cls.LOG_DIR)
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE)
