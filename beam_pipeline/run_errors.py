@@ -43,6 +43,7 @@ _BY_TEXT = (
 _UNREACHABLE = ("EndpointConnectionError", "Could not connect", "Connection refused", "Name or service not known",
                 "Temporary failure in name resolution", "ServiceUnavailable", "Max retries exceeded")
 _KILLED = ("SIGKILL", "exit code -9", "exitcode -9", "was killed", "OOMKilled")
+_LOST = ("is no longer reachable", "Lost connection to task manager", "remote task manager")
 _ERRNO_TEXT = re.compile(r"\[Errno (\d+)\]")
 
 
@@ -87,11 +88,14 @@ def explain(error):
     if any(word in text for word in _UNREACHABLE):
         return ("cannot reach the storage service", "check the network, the bucket's name and the "
                 "credentials, then run the same command again to resume")
+    if any(word in text for word in _LOST):
+        return ("a worker machine was lost (a Flink TaskManager stopped or became unreachable)",
+                "run the same command again to resume once the cluster is whole")
     if any(word in text for word in _KILLED):
         return ("a worker process was killed (out of memory?)", "run the same command again to resume; "
                 "fewer workers (--direct_num_workers) use less memory")
-    first = str(error).strip().splitlines()
-    return (f"{type(error).__name__}: {first[-1] if first else ''}".rstrip(": "),
+    lines = str(error).strip().splitlines()
+    return (f"{type(error).__name__}: {lines[0][:400] if lines else ''}".rstrip(": "),
             "see the traceback; run the same command again to resume")
 
 

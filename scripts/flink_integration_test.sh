@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Flink integration test (the second step of scripts/test.sh, also runnable alone): obtains Beam's
 # Flink job server with Maven (once, into .cache/flink/; see scripts/flink_job_server.sh), then runs
-# tests/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool) and on
-# the default local runner over the same small CSV, outputs compared.
+#  - tests/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
+#  - tests/test_flink_cluster.py: the job on a standing Flink session cluster that
+#    scripts/flink_cluster.sh starts from the job server's jars (two TaskManagers, a worker pool
+#    beside each), and a TaskManager killed mid-job followed by a rerun that resumes;
+# each against the default local runner over the same CSV, outputs compared.
 #   scripts/flink_integration_test.sh [pytest args]
-#   FLINK_JOB_SERVER_JAR=JAR  use that job server jar instead of obtaining one
-#   FLINK_TEST_TIMEOUT=SECONDS  the Flink run fails after that long (default 480)
+#   FLINK_JOB_SERVER_JAR=JAR  use that job server jar instead of obtaining one (the standing
+#                             cluster needs the launcher that scripts/flink_job_server.sh builds)
+#   FLINK_TEST_TIMEOUT=SECONDS  a Flink run fails after that long (default 480)
 # Needs Java 11+ (17 recommended) and Maven; fails (exit 2) with a message when they are missing.
 set -euo pipefail
 if [ -z "${BEAM_IMAGE_PIPELINE_VENV_READY:-}" ]; then
@@ -18,4 +22,13 @@ if [ -z "${FLINK_JOB_SERVER_JAR:-}" ]; then
 fi
 export FLINK_JOB_SERVER_JAR
 echo "Flink job server: $FLINK_JOB_SERVER_JAR"
-exec .venv/bin/python -m pytest tests/test_flink.py -rs "$@"
+# The standing cluster's folder (conf, logs, PID files): tests/test_flink_cluster.py starts and
+# stops the cluster there, and whatever happens to pytest, this script stops it on exit by the
+# PIDs recorded there.
+FLINK_TEST_CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/flink-test-cluster.XXXXXX")"
+export FLINK_TEST_CLUSTER_DIR
+trap 'FLINK_CLUSTER_DIR="$FLINK_TEST_CLUSTER_DIR" bash scripts/flink_cluster.sh stop 2>/dev/null || true
+      rm -rf "$FLINK_TEST_CLUSTER_DIR"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+.venv/bin/python -m pytest tests/test_flink.py tests/test_flink_cluster.py -rs "$@"

@@ -14,9 +14,11 @@
 #   --environment_type=DOCKER --sdk_container_image=IMAGE   (IMAGE built from ./Dockerfile), or
 #   --environment_type=EXTERNAL --environment_config=localhost:50000  (a Beam worker pool,
 #     python -m apache_beam.runners.worker.worker_pool_main --service_port=50000, beside each
-#     task manager, with this project installed and that python first on the pool's PATH)
+#     task manager, with this project installed and that python first on the pool's PATH; one
+#     pool per task manager: task managers sharing a pool stop each other's workers)
 # and paths every task manager can reach (gs://, s3:// inputs; a shared or gs:// --output_dir).
 # Its Flink version is the job server's (1.19 for the launcher): use a cluster of that version.
+# scripts/flink_cluster.sh starts such a cluster on this machine (see the README, "Scaling out").
 # --flink_job_server_jar=JAR uses another job server jar instead (then no Maven is needed).
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" ""

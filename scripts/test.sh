@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets up .venv if needed and runs the whole test suite (what CI runs, through .ci/run):
 #   scripts/test.sh [pytest args]
-# 1. the unit tests: pytest over tests/ (the pytest args apply here; tests/test_flink.py is
-#    skipped in this step, FLINK_JOB_SERVER_JAR being unset);
-# 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven).
+# 1. the unit tests: pytest over tests/ (the pytest args apply here; tests/test_flink.py and
+#    tests/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
+# 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven):
+#    embedded Flink, then a standing Flink session cluster (scripts/flink_cluster.sh).
 # Both steps always run; the script fails if either fails. SKIP_FLINK=1 runs step 1 only.
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" "[test]"

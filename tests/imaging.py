@@ -34,6 +34,13 @@ def solid(color, height=16, width=16):
     return np.full((height, width, 3), color, np.uint8)
 
 
+def photo_like(rng, height, width):
+    """A smooth image with a little noise: decodes at the cost of a real photo of that size."""
+    y, x = np.mgrid[0:height, 0:width]
+    image = np.stack([(x * 255 // width), (y * 255 // height), ((x + y) * 127 // (height + width))], -1)
+    return np.clip(image + rng.integers(-6, 7, size=image.shape), 0, 255).astype(np.uint8)
+
+
 def encode(array_or_image, fmt, **options):
     """Encodes a NumPy array or PIL image with PIL; fmt is a PIL format name ('JPEG', 'PNG', ...)."""
     image = array_or_image if isinstance(array_or_image, Image.Image) else Image.fromarray(array_or_image)

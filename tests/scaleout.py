@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -115,29 +116,51 @@ def assert_small_dataset_run_matches(local_out, other_out, rows, runner):
     outputs.assert_same_output(local_out, other_out)
 
 
-def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600):
-    """Like `run_job`, but the job runs in its own process group, all of it killed at `timeout`.
+def start_job(csv_path, out, *extra, env=None, cwd=None):
+    """Starts the job in its own process group, its output kept in temporary files; see `finish_job`.
 
     For runners whose launcher starts helper processes (e.g. the FlinkRunner's Java job server),
-    which `subprocess.run`'s timeout would leave running. A timeout raises AssertionError with
-    the end of the job's output, so a stuck job fails the test instead of blocking it.
+    which a plain timeout would leave running, and for tests that act while the job runs.
     """
     command = job_command(csv_path, out, *extra)
     run_env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="3")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=run_env, cwd=cwd, start_new_session=True)
+    stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, env=run_env, cwd=cwd,
+                               start_new_session=True)
+    process.outputs = (stdout, stderr)
+    return process
+
+
+def finish_job(process, timeout=600):
+    """Waits for a job from `start_job`; returns the CompletedProcess (text output).
+
+    The job's whole process group is killed at `timeout`, which raises AssertionError with the
+    end of the job's output (a stuck job fails the test instead of blocking it), and when the
+    job ends (helpers that outlived it would hold ports and CPU).
+    """
+    timed_out = False
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        stdout, stderr = process.communicate()
-        raise AssertionError(f"the job did not finish within {timeout} s and was killed:\n"
-                             f"{stdout[-2000:]}{stderr[-6000:]}")
-    try:  # Helpers that outlived the job (they would hold ports and CPU).
+        timed_out = True
+    try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    process.wait()
+    outputs = []
+    for f in process.outputs:
+        f.seek(0)
+        outputs.append(f.read())
+        f.close()
+    stdout, stderr = outputs
+    if timed_out:
+        raise AssertionError(f"the job did not finish within {timeout} s and was killed:\n"
+                             f"{stdout[-2000:]}{stderr[-6000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600):
+    """Like `run_job`, but the job runs in its own process group, all of it killed at `timeout`
+    and when the job ends (see `start_job` and `finish_job`)."""
+    return finish_job(start_job(csv_path, out, *extra, env=env, cwd=cwd), timeout)

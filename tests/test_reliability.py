@@ -27,11 +27,6 @@ def run_job(csv_path, out, *extra):
     return result
 
 
-def photo_like(rng, height, width):
-    """A smooth image with a little noise: decodes at the cost of a real photo of that size."""
-    y, x = np.mgrid[0:height, 0:width]
-    image = np.stack([(x * 255 // width), (y * 255 // height), ((x + y) * 127 // (height + width))], -1)
-    return np.clip(image + rng.integers(-6, 7, size=image.shape), 0, 255).astype(np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +37,7 @@ def big_dataset(tmp_path_factory):
     rows = []
     for i in range(48):
         name = f"photo {i}.jpg"
-        (folder / name).write_bytes(imaging.encode(photo_like(rng, 1200, 1600), "JPEG", quality=90))
+        (folder / name).write_bytes(imaging.encode(imaging.photo_like(rng, 1200, 1600), "JPEG", quality=90))
         rows.append([name, "xyz"[i % 3], "validation" if i % 6 == 0 else "train"])
     rows += [["absent.jpg", "x", "train"], ["photo 1.jpg", "y", "train"]]
     imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)

@@ -1,0 +1,227 @@
+"""The job on a standing Flink session cluster (scripts/flink_cluster.sh) equals the local runner's output.
+
+Runs only where FLINK_JOB_SERVER_JAR names the launcher jar that scripts/flink_job_server.sh
+builds (the cluster is started from the Flink jars in its lib/): `scripts/flink_integration_test.sh`
+runs this file after tests/test_flink.py. Elsewhere it is skipped.
+
+The cluster is laid out as a real one: a JobManager, two TaskManagers whose JVMs hold Flink's
+jars only (the job server ships Beam's with the job over the REST API), and beside each
+TaskManager a Beam worker pool of its own that starts the Python SDK workers. The job is
+submitted with `--flink_master=localhost:REST --environment_type=EXTERNAL` and
+`--parallelism=2`, so its work is split over both TaskManagers.
+
+One cluster serves the whole session (`flink_cluster`); a further job (e.g. a predict job) is
+one more test function taking that fixture and `cluster.job_flags()`.
+"""
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import imaging
+import outputs
+import scaleout
+from tf_serving_input.layout import OutputLayout
+
+JAR = os.environ.get("FLINK_JOB_SERVER_JAR", "")
+JAR = os.path.abspath(JAR) if JAR else ""  # The job runs from another folder.
+# A stuck job (e.g. workers that cannot start) fails after this many seconds instead of
+# blocking CI; a healthy run takes about two minutes.
+TIMEOUT = int(os.environ.get("FLINK_TEST_TIMEOUT", "480"))
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "flink_cluster.sh")
+TASK_MANAGERS = ("taskmanager-1", "taskmanager-2")
+
+pytestmark = pytest.mark.skipif(
+    not JAR, reason="FLINK_JOB_SERVER_JAR is not set: run scripts/flink_integration_test.sh")
+
+
+class FlinkCluster:
+    """A cluster started by scripts/flink_cluster.sh in `folder`: its endpoints, REST API and logs."""
+
+    def __init__(self, folder, env):
+        self.folder, self.env = folder, env
+        self.rest = self.environment_config = None
+
+    def _script(self, command):
+        return subprocess.run(["bash", SCRIPT, command], capture_output=True, text=True, env=self.env,
+                              timeout=600)
+
+    def start(self):
+        """Starts the cluster, or restarts what of it is missing; fails the test with its logs."""
+        result = self._script("start")
+        assert result.returncode == 0, f"flink_cluster.sh start failed:\n{result.stderr[-12000:]}"
+        endpoints = dict(line.split("=", 1) for line in result.stdout.split())
+        self.rest = endpoints["FLINK_REST"]
+        self.environment_config = endpoints["FLINK_ENVIRONMENT_CONFIG"]
+
+    def stop(self):
+        return self._script("stop")
+
+    def job_flags(self):
+        """The Beam flags that run a job on this cluster, its work split over both TaskManagers."""
+        return ("--runner=FlinkRunner", f"--flink_master={self.rest}", f"--flink_job_server_jar={JAR}",
+                "--environment_type=EXTERNAL", f"--environment_config={self.environment_config}",
+                f"--parallelism={len(TASK_MANAGERS)}")
+
+    def get(self, path):
+        with urllib.request.urlopen(f"http://{self.rest}{path}", timeout=30) as response:
+            return json.load(response)
+
+    def jobs(self):
+        """{job id: overview} of every job the cluster has run."""
+        return {job["jid"]: job for job in self.get("/jobs/overview")["jobs"]}
+
+    def subtask_rows_by_task_manager(self, job_id, step):
+        """{TaskManager id: records read} by the subtasks of the job's vertex that runs `step`."""
+        [vertex] = [v for v in self.get(f"/jobs/{job_id}")["vertices"] if step in v["name"]]
+        rows = {}
+        for subtask in self.get(f"/jobs/{job_id}/vertices/{vertex['id']}")["subtasks"]:
+            manager = subtask["taskmanager-id"]
+            rows[manager] = rows.get(manager, 0) + subtask["metrics"]["read-records"]
+        return rows
+
+    def pid(self, name):
+        with open(os.path.join(self.folder, "pids", f"{name}.pid")) as f:
+            return int(f.read().split()[0])
+
+    def workers_started(self):
+        """How many SDK workers each TaskManager's pool has started (since the pool started)."""
+        counts = []
+        for number in range(1, len(TASK_MANAGERS) + 1):
+            with open(os.path.join(self.folder, "logs", f"worker-pool-{number}.log"), errors="replace") as f:
+                counts.append(f.read().count("Starting worker with command"))
+        return counts
+
+    def logs(self, lines=60):
+        """The end of every member's log, for a failure message."""
+        parts = []
+        for path in sorted(glob.glob(os.path.join(self.folder, "logs", "*.log*"))):
+            with open(path, errors="replace") as f:
+                tail = [line[:400] for line in f.read().splitlines()[-lines:]]
+            parts.append(f"----- {path}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def explain(self, result):
+        """A failed job's output and the cluster's logs."""
+        return (f"exit code {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}\n"
+                f"===== cluster logs\n{self.logs()}")
+
+
+@pytest.fixture(scope="session")
+def flink_cluster(tmp_path_factory):
+    """A Flink session cluster of two TaskManagers, each with its own worker pool, stopped afterwards."""
+    if not os.path.isdir(os.path.join(os.path.dirname(JAR), "lib")):
+        pytest.skip(f"{JAR} is not the launcher of scripts/flink_job_server.sh (no lib/ of Flink jars)")
+    # scripts/flink_integration_test.sh names the folder, so that it can stop the cluster by the
+    # PIDs recorded there even if this process is killed.
+    folder = os.environ.get("FLINK_TEST_CLUSTER_DIR") or str(tmp_path_factory.mktemp("flink_cluster"))
+    cluster = FlinkCluster(folder, dict(os.environ, FLINK_CLUSTER_DIR=folder,
+                                        FLINK_TASK_MANAGERS=str(len(TASK_MANAGERS)), FLINK_TASK_SLOTS="1",
+                                        FLINK_LIB=os.path.join(os.path.dirname(JAR), "lib")))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        stopped = cluster.stop()  # By the PIDs it recorded; also after a failed start.
+        assert stopped.returncode == 0, stopped.stderr
+
+
+def test_standing_cluster_matches_the_local_runner(tmp_path, flink_cluster):
+    cluster = flink_cluster
+    csv_path, rows = scaleout.make_small_dataset(tmp_path)
+    local = tmp_path / "out_local"
+    result = scaleout.run_job(csv_path, local)
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs_before, workers_before = set(cluster.jobs()), cluster.workers_started()
+
+    # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
+    result = scaleout.run_job_killing_group(os.path.relpath(csv_path, tmp_path), "out_flink",
+                                            *cluster.job_flags(), cwd=tmp_path, timeout=TIMEOUT)
+    assert result.returncode == 0, cluster.explain(result)
+    scaleout.assert_small_dataset_run_matches(local, tmp_path / "out_flink", rows, "FlinkRunner")
+
+    [(job_id, job)] = [(jid, job) for jid, job in cluster.jobs().items() if jid not in jobs_before]
+    assert job["state"] == "FINISHED" and job["tasks"]["total"] > 1, job
+    # Both TaskManagers wrote shards: each ran a subtask of the shard-writing step that got rows ...
+    writers = cluster.subtask_rows_by_task_manager(job_id, "WriteShards")
+    assert sorted(manager for manager, count in writers.items() if count > 0) == list(TASK_MANAGERS), writers
+    # ... with SDK workers from its own pool (a TaskManager reaches only the pool beside it).
+    started = [after - before for before, after in zip(workers_before, cluster.workers_started())]
+    assert all(count > 0 for count in started), started
+
+
+def make_slow_dataset(folder, rows=160, distinct=6):
+    """`rows` rows over a few 12-megapixel JPEGs, each row a full decode (~0.15 s): a shard-writing
+    step that lasts ~12 s on each of two TaskManagers. Plus one missing file."""
+    rng = np.random.default_rng(3)
+    for i in range(distinct):
+        (folder / f"photo {i}.jpg").write_bytes(imaging.encode(imaging.photo_like(rng, 3000, 4000), "JPEG",
+                                                               quality=90))
+    table = [[f"photo {i % distinct}.jpg", "xyz"[i % 3], "validation" if i % 6 == 0 else "train"]
+             for i in range(rows)]
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], table + [["absent.jpg", "x", "train"]])
+    return folder / "in.csv"
+
+
+def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_cluster):
+    """SIGKILL one TaskManager while shards are being written.
+
+    What happens (Flink's default without checkpointing is no restart strategy, and the cluster
+    sets none): the job fails, naming the lost TaskManager; nothing under a final name is
+    partial; once the TaskManager is back, the same command resumes and the output equals an
+    uninterrupted run's.
+    """
+    cluster = flink_cluster
+    csv_path = make_slow_dataset(tmp_path)
+    flags = ("--image_size", "32", "--num_shards", "12", "--no-jpeg_shrink_on_load")  # 24 shards
+    uninterrupted = tmp_path / "out_local"
+    result = scaleout.run_job(csv_path, uninterrupted, *flags)
+    assert result.returncode == 0, result.stderr[-3000:]
+    total_shards = len(outputs.shard_bytes(uninterrupted))
+    out = tmp_path / "out_flink"
+    job = (os.path.relpath(csv_path, tmp_path), out.name, *flags, *cluster.job_flags())  # the command's arguments
+    jobs_before = set(cluster.jobs())
+
+    process = scaleout.start_job(*job, cwd=tmp_path)
+    status_dir = out / OutputLayout.STATUS_DIR
+    deadline = time.monotonic() + TIMEOUT
+    while process.poll() is None and time.monotonic() < deadline and not list(status_dir.glob("*.json")):
+        time.sleep(0.02)
+    killed = process.poll() is None and bool(list(status_dir.glob("*.json")))
+    if killed:
+        os.kill(cluster.pid("taskmanager-1"), signal.SIGKILL)  # The JVM only, as an OOM kill would.
+    result = scaleout.finish_job(process, timeout=TIMEOUT if killed else 1)
+    assert killed, "the job ended before writing any shard\n" + cluster.explain(result)
+
+    # Flink did not recover the job: it failed, and the launcher says why in one line, the
+    # details (which TaskManager) in its log.
+    assert result.returncode == 1, cluster.explain(result)
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: a worker machine was lost (a Flink TaskManager stopped"), line
+    log = line.rsplit("(traceback: ", 1)[1].rstrip(")")
+    assert re.search(r"TaskManager with id taskmanager-1 is no longer reachable|remote task manager",
+                     open(log).read()), cluster.explain(result)
+    [failed] = [overview for jid, overview in cluster.jobs().items() if jid not in jobs_before]
+    assert failed["state"] == "FAILED", failed
+
+    # Brings taskmanager-1 back with a fresh pool beside it: the old pool's workers, which
+    # served the dead TaskManager, are ended, so nothing writes into `out` any more.
+    cluster.start()
+    finished = len(list(status_dir.glob("*.json")))
+    assert 0 < finished < total_shards, f"not killed part-way: {finished} of {total_shards} shards finished"
+    assert not (out / OutputLayout.MANIFEST_FILE).exists()
+    outputs.assert_every_shard_reads_to_its_end(out)  # Nothing under a final name is partial.
+
+    resumed = scaleout.run_job_killing_group(*job, cwd=tmp_path, timeout=TIMEOUT)
+    assert resumed.returncode == 0, cluster.explain(resumed)
+    assert f"Resuming: {finished} shard(s)" in resumed.stdout, resumed.stdout
+    outputs.assert_same_output(uninterrupted, out)
+    assert not list(out.rglob("*.incomplete"))
