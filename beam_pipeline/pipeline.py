@@ -22,27 +22,35 @@ def _drop_placeholders(element):
     return shard, [row for row in rows if row is not None]
 
 
-def build_pipeline(pipeline, job, shard_counts, temp_dir):
-    """Adds the job's steps to `pipeline`; returns the PCollection of shard status dicts.
+def group_rows_by_shard(pipeline, input_csv, columns, shard_counts):
+    """The CSV's rows grouped by shard, every shard present (empty ones too): ((split, index), [Row]).
 
-    Only rows (paths and labels) cross the shuffle; pixels stay inside the
-    WriteShards stage, which reduces each image to 7 integers for the statistics.
+    Only rows (paths and labels) cross the shuffle, never pixels.
     """
     rows = (pipeline
-            | "CsvPath" >> beam.Create([job.input_csv])
-            | "ReadCsv" >> beam.FlatMap(csv_source.iter_rows, job.columns)
+            | "CsvPath" >> beam.Create([input_csv])
+            | "ReadCsv" >> beam.FlatMap(csv_source.iter_rows, columns)
             # Row
             | "AssignShard" >> beam.Map(assign_shard, shard_counts))
             # ((split, shard_index), Row)
     placeholders = (pipeline
                     | "ShardKeys" >> beam.Create([(key, None) for key in all_shard_keys(shard_counts)]))
                     # ((split, shard_index), None)
-    shards = ((rows, placeholders)
-              | "MergeShardKeys" >> beam.Flatten()
-              | "GroupShards" >> beam.GroupByKey()
-              # ((split, shard_index), [Row | None])
-              | "DropPlaceholders" >> beam.Map(_drop_placeholders))
-              # ((split, shard_index), [Row])
+    return ((rows, placeholders)
+            | "MergeShardKeys" >> beam.Flatten()
+            | "GroupShards" >> beam.GroupByKey()
+            # ((split, shard_index), [Row | None])
+            | "DropPlaceholders" >> beam.Map(_drop_placeholders))
+            # ((split, shard_index), [Row])
+
+
+def build_pipeline(pipeline, job, shard_counts, temp_dir):
+    """Adds the job's steps to `pipeline`; returns the PCollection of shard status dicts.
+
+    Pixels stay inside the WriteShards stage, which reduces each image to 7 integers for the
+    statistics.
+    """
+    shards = group_rows_by_shard(pipeline, job.input_csv, job.columns, shard_counts)
     written = shards | "WriteShards" >> beam.ParDo(
         WriteShardFn(job.output_dir, job.preprocess, shard_counts, job.max_file_bytes)
     ).with_outputs(STATS_TAG, main="status")

@@ -51,6 +51,21 @@ def frame_record(record):
                      record, struct.pack("<I", _masked_crc(record))])
 
 
+def read_records(stream):
+    """Yields the records of a TFRecord file object, reading one record at a time."""
+    while True:
+        header = stream.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise ValueError("truncated TFRecord header")
+        (length,) = struct.unpack_from("<Q", header, 0)
+        record = stream.read(length + 4)
+        if len(record) < length + 4:
+            raise ValueError("truncated TFRecord")
+        yield record[:length]
+
+
 def iter_records(data):
     """Yields the records of TFRecord file bytes (framing as `frame_record` writes it)."""
     offset = 0

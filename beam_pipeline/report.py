@@ -58,9 +58,9 @@ def shard_file_problems(layout, statuses):
     return problems
 
 
-def build_manifest(job, statuses, statistics, wall_seconds, runner):
-    """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
-    failures = sorted((f for s in statuses for f in s["failed"]), key=lambda f: f["line"])
+def summarize_statuses(statuses):
+    """(counts, failures sorted by line) from shard statuses: what every manifest reports of its shards."""
+    failures = sorted((f for s in statuses for f in s["failed"]), key=lambda f: (f.get("line", 0), f["key"]))
     per_split = collections.defaultdict(lambda: {"rows": 0, "written": 0, "failed": 0, "shards": 0})
     for status in statuses:
         counts = per_split[status["split"]]
@@ -68,24 +68,30 @@ def build_manifest(job, statuses, statistics, wall_seconds, runner):
         counts["written"] += status["records"]
         counts["failed"] += len(status["failed"])
         counts["shards"] += 1
-    rows = sum(s["rows"] for s in statuses)
-    written = sum(s["records"] for s in statuses)
-    mean, std, vocabulary = statistics
     return {
-        "rows": rows,
-        "written": written,
+        "rows": sum(s["rows"] for s in statuses),
+        "written": sum(s["records"] for s in statuses),
         "failed": len(failures),
         "splits": dict(sorted(per_split.items())),
         "failed_by_reason": dict(collections.Counter(f["reason"] for f in failures).most_common()),
         "shards": [{"file": s["file"], "split": s["split"], "records": s["records"],
                     "bytes": s["bytes"], "sha256": s["sha256"]}
                    for s in sorted(statuses, key=lambda s: s["file"])],
+    }, failures
+
+
+def build_manifest(job, statuses, statistics, wall_seconds, runner):
+    """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
+    summary, failures = summarize_statuses(statuses)
+    mean, std, vocabulary = statistics
+    return {
+        **summary,
         "statistics": {"split": "train", "pixel_mean": mean, "pixel_std": std,
                        "label_vocabulary": vocabulary},
         "config": job.to_dict(),
         "runner": runner,
         "wall_seconds": round(wall_seconds, 3),
-        "images_per_second": round(written / wall_seconds, 2) if wall_seconds > 0 else None,
+        "images_per_second": round(summary["written"] / wall_seconds, 2) if wall_seconds > 0 else None,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "versions": library_versions(),
     }, failures
@@ -96,6 +102,11 @@ def write_outputs(layout, manifest, failures):
     with FileSystems.create(layout.errors_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         for failure in failures:
             f.write((json.dumps(failure, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_manifest(layout, manifest)
+
+
+def write_manifest(layout, manifest):
+    """Writes manifest.json."""
     with FileSystems.create(layout.manifest_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
 
@@ -122,6 +133,28 @@ def format_summary(manifest, layout):
                   f"{' ...' if len(stats['label_vocabulary']) > 10 else ''}")
     add("time", f"{progress.format_duration(manifest['wall_seconds'])} "
                 f"({manifest['images_per_second']} images/s)")
+    add("output", layout.root)
+    if manifest["failed"]:
+        add("errors", layout.errors_file)
+    return "\n".join(lines)
+
+
+def format_prediction_summary(manifest, layout):
+    """The human summary printed at the end of a predict run."""
+    lines = ["", "Summary", "-------"]
+
+    def add(name, value):
+        lines.append(f"  {name:<22} {value}")
+
+    add("rows", manifest["rows"])
+    add("predicted", manifest["predicted"])
+    add("failed", manifest["failed"])
+    for reason, count in manifest["failed_by_reason"].items():
+        add(f"  {reason}", count)
+    model = manifest["model"]
+    add("model", f"{model['model_dir']} ({model['signature']})")
+    add("embedding", f"{model['embedding_size']} x {model['embedding_dtype']}, unit length")
+    add("time", f"{progress.format_duration(manifest['wall_seconds'])} ({manifest['images_per_second']} images/s)")
     add("output", layout.root)
     if manifest["failed"]:
         add("errors", layout.errors_file)

@@ -2,7 +2,7 @@
 
     with ShardFileWriter(layout, name) as shard:
         for record in records:
-            shard.write(record)
+            shard.write_record(record)          # TFRecord framing (or shard.write(bytes, records=n))
         status = shard.publish({"rows": ..., "failed": [...]})
 
 Each attempt writes under its own temporary name (`layout.temp_path` with a
@@ -36,7 +36,7 @@ def new_attempt_id():
 
 
 class ShardFileWriter:
-    """Writes one shard's records (TFRecord framing) and publishes the file and its status."""
+    """Writes one shard's file (TFRecords, or any bytes) and publishes it and its status."""
 
     def __init__(self, layout, name):
         self._layout = layout
@@ -54,13 +54,16 @@ class ShardFileWriter:
         self._file = FileSystems.create(self._temp_path, compression_type=_RAW)
         return self
 
-    def write(self, record):
-        """Appends one serialized record."""
-        framed = frame_record(record)
-        self._file.write(framed)
-        self._checksum.update(framed)
-        self.records += 1
-        self.bytes += len(framed)
+    def write(self, data, records=1):
+        """Appends bytes that hold `records` records."""
+        self._file.write(data)
+        self._checksum.update(data)
+        self.records += records
+        self.bytes += len(data)
+
+    def write_record(self, record):
+        """Appends one serialized record in TFRecord framing."""
+        self.write(frame_record(record))
 
     def __exit__(self, error_type, error, traceback):
         if self._file is not None:

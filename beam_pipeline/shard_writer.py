@@ -88,7 +88,7 @@ class WriteShardFn(beam.DoFn):
         with ShardFileWriter(self._layout, name) as shard:
             for row, outcome in self._preprocessor(rows):
                 if isinstance(outcome, Written):
-                    shard.write(outcome.record)
+                    shard.write_record(outcome.record)
                     moments += outcome.moments
                     labels.append(row.label.encode("utf-8"))
                 else:  # Any per-row failure is recorded, never raised.

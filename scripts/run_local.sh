@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up .venv if needed, runs the Beam job on the bundled sample dataset into
-# output/sample and shows what it wrote (summary + contact sheet).
+# Sets up .venv if needed, runs the Beam job on the bundled sample dataset into output/sample and
+# shows what it wrote (summary + contact sheet), trains and exports a classifier, then runs the
+# predict job over every image into an embedded PostgreSQL + pgvector (data in output/postgres) and
+# searches it once (contact sheet in output/sample/search.png).
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" ""
 CSV=sample_data/sample.csv
@@ -15,3 +17,11 @@ without_startup_noise .venv/bin/python -m beam_pipeline.inspect "$OUT" --contact
 # Then the rest of the path: train on the output, export for serving, serve one raw image.
 without_startup_noise .venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
     --predict_image sample_data/images/cat/cat_000.jpg
+# The second half: predictions and embeddings for every image, into the database, and a search.
+without_startup_noise .venv/bin/python -m beam_pipeline.predict --model_dir "$OUT/serving_model" --input_dir "$OUT" \
+    --output_dir output/sample_predictions --database embedded --database_dir output/postgres --table sample \
+    --overwrite
+without_startup_noise .venv/bin/python -m beam_pipeline.search --model_dir "$OUT/serving_model" \
+    --database embedded --database_dir output/postgres --table sample \
+    --image sample_data/images/cat/cat_000.jpg -k 8 --contact_sheet "$OUT/search.png"
+echo "Query the database yourself: .venv/bin/python -m beam_pipeline.database psql --database_dir output/postgres"

@@ -7,12 +7,11 @@ parser (the standard consumers), not with the job's framing code.
 import json
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from tf_serving_input import features
 from tf_serving_input.codecs import CODECS
-from tf_serving_input.layout import OutputLayout
+from tf_serving_input.layout import OutputLayout, PredictionLayout
 
 # Keys of manifest.json that legitimately differ between two runs of the same input.
 RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions")
@@ -106,5 +105,28 @@ def assert_every_shard_reads_to_its_end(out):
             pass
 
 
-def normalized_difference(a, b):
-    return np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
+def prediction_bytes(out):
+    """{Parquet shard name: bytes} of a predict job's output."""
+    paths = sorted(tf.io.gfile.glob(PredictionLayout(str(out)).shard_files_glob()))
+    return {os.path.basename(path): open(path, "rb").read() for path in paths}
+
+
+def prediction_rows(out):
+    """Every Parquet row of a predict job's output, shard by shard in name order, as {column: [values]}."""
+    import pyarrow.parquet as pq
+
+    tables = [pq.read_table(path) for path in sorted(tf.io.gfile.glob(PredictionLayout(str(out)).shard_files_glob()))]
+    columns = {name: [] for name in tables[0].column_names}
+    for table in tables:
+        for name in columns:
+            columns[name] += table.column(name).to_pylist()
+    return columns
+
+
+def assert_same_predictions(expected_out, actual_out):
+    """Two predict outputs hold byte-identical Parquet shards and the same counts and errors."""
+    expected = prediction_bytes(expected_out)
+    assert expected and prediction_bytes(actual_out) == expected
+    for key in ("rows", "predicted", "failed", "splits", "failed_by_reason", "shards", "config", "model"):
+        assert manifest(actual_out)[key] == manifest(expected_out)[key], key
+    assert errors(actual_out) == errors(expected_out)

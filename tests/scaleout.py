@@ -122,7 +122,11 @@ def start_job(csv_path, out, *extra, env=None, cwd=None):
     For runners whose launcher starts helper processes (e.g. the FlinkRunner's Java job server),
     which a plain timeout would leave running, and for tests that act while the job runs.
     """
-    command = job_command(csv_path, out, *extra)
+    return start_command(job_command(csv_path, out, *extra), env=env, cwd=cwd)
+
+
+def start_command(command, env=None, cwd=None):
+    """Starts a command line as `start_job` starts the job."""
     run_env = dict(os.environ if env is None else env, TF_CPP_MIN_LOG_LEVEL="3")
     stdout, stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     process = subprocess.Popen(command, stdout=stdout, stderr=stderr, text=True, env=run_env, cwd=cwd,
@@ -164,3 +168,26 @@ def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600
     """Like `run_job`, but the job runs in its own process group, all of it killed at `timeout`
     and when the job ends (see `start_job` and `finish_job`)."""
     return finish_job(start_job(csv_path, out, *extra, env=env, cwd=cwd), timeout)
+
+
+def export_small_model(job_out, export_dir, size=16, seed=5):
+    """A tiny classifier (random weights: only how it predicts matters) exported on a job's output."""
+    import keras
+
+    from tf_serving_input import export_serving_model
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((size, size, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2, activation="softmax")])
+    return export_serving_model(model, str(job_out), str(export_dir))
+
+
+def predict_command(model_dir, input_dir, out, *extra):
+    """The real command line of the predict job (Parquet only unless `extra` names a database)."""
+    return [sys.executable, "-m", "beam_pipeline.predict", "--model_dir", str(model_dir), "--input_dir",
+            str(input_dir), "--output_dir", str(out), "--database", "none", "--no_progress", *extra]
+
+
+def run_predict_killing_group(model_dir, input_dir, out, *extra, env=None, cwd=None, timeout=600):
+    """The predict job, run like `run_job_killing_group`."""
+    return finish_job(start_command(predict_command(model_dir, input_dir, out, *extra), env=env, cwd=cwd), timeout)

@@ -158,6 +158,25 @@ def test_standing_cluster_matches_the_local_runner(tmp_path, flink_cluster):
     assert all(count > 0 for count in started), started
 
 
+def test_predict_job_on_the_standing_cluster_matches_the_local_run(tmp_path, flink_cluster):
+    """The predict job (RunInference, Parquet shards) over both TaskManagers: identical Parquet."""
+    cluster = flink_cluster
+    csv_path, _ = scaleout.make_small_dataset(tmp_path)
+    job = tmp_path / "job"
+    result = scaleout.run_job(csv_path, job)
+    assert result.returncode == 0, result.stderr[-3000:]
+    export = scaleout.export_small_model(job, tmp_path / "export")
+    result = scaleout.run_predict_killing_group(export, job, tmp_path / "pred_local")
+    assert result.returncode == 0, result.stderr[-3000:]
+    jobs_before = set(cluster.jobs())
+    result = scaleout.run_predict_killing_group("export", "job", "pred_flink", *cluster.job_flags(),
+                                                cwd=tmp_path, timeout=TIMEOUT)
+    assert result.returncode == 0, cluster.explain(result)
+    outputs.assert_same_predictions(tmp_path / "pred_local", tmp_path / "pred_flink")
+    [(job_id, overview)] = [(jid, j) for jid, j in cluster.jobs().items() if jid not in jobs_before]
+    assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
+
+
 def make_slow_dataset(folder, rows=160, distinct=6):
     """`rows` rows over a few 12-megapixel JPEGs, each row a full decode (~0.15 s): a shard-writing
     step that lasts ~12 s on each of two TaskManagers. Plus one missing file."""

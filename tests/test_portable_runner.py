@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import outputs
 import scaleout
 
 pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
@@ -61,3 +62,19 @@ def test_portable_runner_with_external_worker_pool_matches_the_local_runner(port
         "--environment_type=EXTERNAL", f"--environment_config={pool_endpoint}", cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     scaleout.assert_small_dataset_run_matches(local, folder / "out_portable", rows, "PortableRunner")
+
+
+def test_predict_job_on_the_portable_runner_matches_the_local_run(portable_services, dataset):
+    """The predict job (RunInference, Parquet shards) in workers of a separate pool: identical Parquet."""
+    job_endpoint, pool_endpoint = portable_services
+    folder, _, _, local = dataset
+    export = scaleout.export_small_model(local, folder / "export")
+    result = scaleout.run_predict_killing_group(export, local, folder / "pred_local")
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = scaleout.run_predict_killing_group(
+        os.path.relpath(export, folder), os.path.relpath(local, folder), "pred_portable",
+        "--runner=PortableRunner", f"--job_endpoint={job_endpoint}", "--environment_type=EXTERNAL",
+        f"--environment_config={pool_endpoint}", cwd=folder)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    assert outputs.manifest(folder / "pred_portable")["runner"] == "PortableRunner"
+    outputs.assert_same_predictions(folder / "pred_local", folder / "pred_portable")

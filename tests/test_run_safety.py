@@ -33,7 +33,7 @@ def write_shard(root, barrier=None):
     layout = OutputLayout(root)
     with ShardFileWriter(layout, NAME) as shard:
         for record in RECORDS:
-            shard.write(record)
+            shard.write_record(record)
         if barrier is not None:
             barrier.wait(timeout=60)  # Every attempt publishes at the same moment.
         return shard.publish({"rows": len(RECORDS), "failed": []})
@@ -100,7 +100,7 @@ def test_failed_attempt_leaves_no_temporary_file(tmp_path):
     root = prepared_folder(tmp_path)
     with pytest.raises(RuntimeError):
         with ShardFileWriter(OutputLayout(root), NAME) as shard:
-            shard.write(b"x")
+            shard.write_record(b"x")
             raise RuntimeError("worker died")
     assert os.listdir(tmp_path / "data") == []
 

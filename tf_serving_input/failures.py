@@ -67,7 +67,21 @@ def op_error_message(error):
             continue
         if line.startswith("{{function_node"):  # "{{function_node NAME}} the op's words"
             line = line.partition("}}")[2].strip()
-        if not line or line.startswith(("Detected at node", "Graph execution error")):
+        if not line or line.startswith(("Detected at node", "Graph execution error", "<stack traces")):
             continue
         return line.split(" [Op:")[0].split("\n")[0].strip()
     return type(error).__name__
+
+
+def from_serving_error(data, error):
+    """The RowFailure of image bytes a serving signature refused.
+
+    The signature's checks fail with '<reason code>: <detail>' (preprocessing.assert_decodable);
+    anything else is a decode op's error (truncated or corrupt).
+    """
+    message = op_error_message(error)
+    for reason in PROBLEMS[1:]:
+        marker = f"{reason}: "
+        if marker in message:
+            return RowFailure(reason, message.split(marker, 1)[1].rstrip("]'\""))
+    return describe_decode_failure(data, error)

@@ -18,6 +18,8 @@ session loader then fails with "Could not find variable ..."
 """
 
 import base64
+import dataclasses
+import json
 
 import keras
 import tensorflow as tf
@@ -38,6 +40,9 @@ SCORES = "scores"
 CLASS_IDS = "class_ids"
 CLASSES = "classes"
 EMBEDDING = "embedding"
+# What the export is, for the predict job and search: written beside the SavedModel, where
+# TensorFlow Serving ignores it (assets.extra holds only optional extras such as warm-up data).
+INFO_FILE = "assets.extra/beam_image_pipeline.json"
 
 
 def embedding_tensor(model, embedding_layer=None):
@@ -94,6 +99,7 @@ def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_tensor = tf.constant(vocabulary or [""], tf.string)
     serving_model, with_embedding = _serving_model(model, embedding_layer)
+    embedding_size = int(serving_model.output[EMBEDDING].shape[-1]) if with_embedding else 0
     size = config.image_size
     image_spec = tf.TensorSpec([size, size, 3], tf.uint8)
 
@@ -126,7 +132,44 @@ def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
     archive.add_endpoint(EXAMPLES_SIGNATURE, serve_examples,
                          input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
     archive.write_out(export_dir, verbose=False)
+    info = {"preprocess": config.to_dict(), "vocabulary": vocabulary, "embedding_size": embedding_size,
+            "embedding_layer": (embedding_layer or "penultimate") if with_embedding else None,
+            "pixel_mean": mean.numpy().tolist(), "pixel_std": std.numpy().tolist()}
+    tf.io.gfile.makedirs(f"{export_dir.rstrip('/')}/assets.extra")
+    with tf.io.gfile.GFile(f"{export_dir.rstrip('/')}/{INFO_FILE}", "w") as f:
+        f.write(json.dumps(info, indent=1))
     return export_dir
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportInfo:
+    """What an export of `export_serving_model` is: its preprocessing, labels and embedding size."""
+
+    preprocess: dict
+    vocabulary: list
+    embedding_size: int
+    embedding_layer: str
+    INFO_FILE = INFO_FILE
+
+    @staticmethod
+    def signature(records):
+        """(signature, input name) for serialized job records (True) or raw image bytes (False)."""
+        return (EXAMPLES_SIGNATURE, EXAMPLES_INPUT) if records else (BYTES_SIGNATURE, IMAGE_BYTES_INPUT)
+
+
+def read_export_info(export_dir):
+    """The ExportInfo of an export; FileNotFoundError naming the folder when it is not one of ours."""
+    from tf_serving_input.layout import join, read_text
+
+    path = join(export_dir, INFO_FILE)
+    try:
+        info = json.loads(read_text(path))
+    except (FileNotFoundError, tf.errors.NotFoundError):
+        raise FileNotFoundError(f"{path} not found: is {export_dir} a model written by export_serving_model "
+                                "(scripts/train.py)? Exports from before the embedding output must be "
+                                "re-exported") from None
+    return ExportInfo(preprocess=info["preprocess"], vocabulary=info["vocabulary"],
+                      embedding_size=info["embedding_size"], embedding_layer=info["embedding_layer"])
 
 
 def rest_request_body(image_paths, signature_name=BYTES_SIGNATURE):

@@ -1,0 +1,278 @@
+"""What the predict command does around its pipelines: check the inputs, run, report, load the database."""
+
+import hashlib
+import json
+import sys
+import time
+
+from beam_pipeline import options as job_options
+from beam_pipeline import source as csv_source
+
+
+class RefusedError(RuntimeError):
+    """The job cannot run as asked; nothing was done."""
+
+
+# Runners whose workers run on this machine, so they reach the embedded server's Unix socket.
+_LOCAL_FLINK_MASTERS = ("[local]", "[auto]")
+
+
+def workers_on_this_machine(beam_args):
+    """Whether the runner's workers run on this machine (and can reach the embedded database)."""
+    value = job_options._flag_value  # noqa: SLF001 - the one parser of Beam flags in args form.
+    runner = (value(beam_args, "runner") or "").lower()
+    if value(beam_args, "environment_type") in ("DOCKER", "docker"):
+        return False
+    if runner in (name.lower() for name in job_options.LOCAL_RUNNERS):
+        return True
+    if runner in ("flinkrunner", "flink"):
+        master = value(beam_args, "flink_master") or "[auto]"
+        return master in _LOCAL_FLINK_MASTERS or master.startswith(("localhost", "127."))
+    if runner in ("portablerunner", "portable"):
+        return (value(beam_args, "job_endpoint") or "localhost").startswith(("localhost", "127.", "embed"))
+    return False
+
+
+def _digest_file(path):
+    from beam_pipeline.output_dir import file_digest
+
+    return file_digest(path)
+
+
+class PredictLauncher:
+    """The predict job's launcher; `run` and `load` return exit codes."""
+
+    def __init__(self, config, beam_args, pipeline_options, layout):
+        self.config = config
+        self.beam_args = beam_args
+        self.pipeline_options = pipeline_options
+        self.layout = layout
+        self.export = None
+        self.job_manifest = None
+        self.csv_summary = None
+
+    # ------------------------------------------------------------------ before any work
+    def check_inputs(self):
+        """Reads the export's description and the input; raises RefusedError naming what is wrong."""
+        from tf_serving_input.serving import read_export_info
+
+        config = self.config
+        try:
+            self.export = read_export_info(config.model_dir)
+        except (FileNotFoundError, ValueError) as error:
+            raise RefusedError(str(error)) from None
+        if config.database == "embedded" and not workers_on_this_machine(self.beam_args):
+            raise RefusedError("--database embedded is a server on this machine, which this runner's workers "
+                               "cannot reach: pass --database postgresql://USER:PASSWORD@HOST/DB (Cloud SQL, "
+                               "AlloyDB or any PostgreSQL with pgvector), or --database none")
+        if config.database != "none" and not self.export.embedding_size:
+            raise RefusedError(f"{config.model_dir} has no embedding output (exported with embedding_layer=False): "
+                               "re-export it with one, or pass --database none")
+        if config.load_only:
+            return
+        if config.input_dir:
+            self._check_job_output()
+        else:
+            self.csv_summary = csv_source.summarize_csv(config.input_csv, config.columns)
+
+    def _check_job_output(self):
+        from tf_serving_input.layout import OutputLayout
+
+        try:
+            self.job_manifest = OutputLayout(self.config.input_dir).load_manifest()
+        except FileNotFoundError as error:
+            raise RefusedError(str(error)) from None
+        job_preprocess = self.job_manifest["config"]["preprocess"]
+        if job_preprocess != self.export.preprocess:
+            raise RefusedError(
+                f"{self.config.model_dir} was exported for another preprocessing than {self.config.input_dir} "
+                f"holds (export: {json.dumps(self.export.preprocess, sort_keys=True)}; job: "
+                f"{json.dumps(job_preprocess, sort_keys=True)}): use --input_csv with the raw images, or "
+                "export the model on this job's output")
+
+    def signature(self):
+        """(signature, input name) this run feeds: the job's records, or raw image bytes."""
+        return self.export.signature(records=self.config.input_dir is not None)
+
+    def model_spec(self):
+        """What the pipeline needs to know of the model."""
+        from beam_pipeline.prediction_pipeline import ModelSpec
+
+        signature, input_name = self.signature()
+        return ModelSpec(signature=signature, input_name=input_name, vocabulary=self.export.vocabulary,
+                         embedding_size=self.export.embedding_size)
+
+    def fingerprint(self):
+        """What makes two runs the same run: configuration, model files and input content."""
+        from apache_beam.io.filesystems import FileSystems
+
+        model = hashlib.sha256()
+        for name in ("saved_model.pb", "variables/variables.index", self.export.INFO_FILE):
+            path = FileSystems.join(self.config.model_dir, name)
+            if FileSystems.exists(path):
+                model.update(name.encode() + _digest_file(path).encode())
+        if self.job_manifest is not None:
+            source = hashlib.sha256(json.dumps([(s["file"], s["sha256"]) for s in self.job_manifest["shards"]])
+                                    .encode()).hexdigest()
+        else:
+            source = _digest_file(self.config.input_csv)
+        return {"config": self.config.to_dict(), "model_sha256": model.hexdigest(), "input_sha256": source}
+
+    # ------------------------------------------------------------------ the run
+    def _tasks(self):
+        """(config for the pipeline, RecordShards or None, expected shard names, rows per split)."""
+        import dataclasses
+
+        from beam_pipeline.main import shard_counts_for
+        from beam_pipeline.pipeline import all_shard_keys
+        from beam_pipeline.prediction_pipeline import record_shards
+        from tf_serving_input.layout import OutputLayout, shard_name
+
+        config = self.config
+        if self.job_manifest is not None:
+            shards = record_shards(OutputLayout(config.input_dir), self.job_manifest)
+            config = dataclasses.replace(config, job_input_csv=self.job_manifest["config"]["input_csv"])
+            rows = {}
+            for shard in shards:
+                rows[shard.split] = rows.get(shard.split, 0) + shard.rows
+            return config, shards, [shard.name for shard in shards], rows
+        counts = shard_counts_for(config, self.csv_summary)
+        config = dataclasses.replace(config, shard_counts=counts)
+        names = [shard_name(split, index, counts[split]) for split, index in all_shard_keys(counts)]
+        return config, None, names, self.csv_summary.rows_per_split
+
+    def run(self, finished_earlier, step, run_log):
+        import apache_beam as beam
+        from apache_beam.options.pipeline_options import StandardOptions
+
+        from beam_pipeline import report, runners
+        from beam_pipeline.prediction_pipeline import build_predict_pipeline
+        from beam_pipeline.progress import ShardProgress
+
+        config, shards, names, rows_per_split = self._tasks()
+        total = sum(rows_per_split.values())
+        source = config.input_dir or config.input_csv
+        print(f"Predicting {total} images from {source} with {config.model_dir} "
+              f"({self.signature()[0]}, batch {config.batch_size}); writing {len(names)} shards "
+              f"to {config.output_dir}", flush=True)
+        if finished_earlier:
+            print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run are verified and kept",
+                  flush=True)
+        if config.database != "none":
+            self._warn_if_database_unreachable()
+
+        runner = self.pipeline_options.view_as(StandardOptions).runner
+        monitor = None
+        if config.progress and job_options.is_local_runner(self.beam_args):
+            monitor = ShardProgress(self.layout, len(names), total)
+            monitor.start()
+        started = time.time()
+        step.now(f"predicting into {self.layout.data_dir}")
+        try:
+            with run_log.capture(), beam.Pipeline(runner=runners.local_runner(self.pipeline_options),
+                                                  options=self.pipeline_options) as pipeline:
+                build_predict_pipeline(pipeline, config, self.model_spec(), shards)
+        finally:
+            if monitor:
+                monitor.stop()
+        wall_seconds = time.time() - started
+
+        step.now(f"checking the shards in {self.layout.data_dir}")
+        statuses = report.read_shard_statuses(self.layout, names)
+        problems = report.shard_file_problems(self.layout, statuses)
+        if problems:
+            print(f"error: {len(problems)} shard file(s) are missing or damaged after the run: "
+                  f"{', '.join(problems[:10])}; run the same command again to rewrite them", file=sys.stderr)
+            return 1
+        step.now(f"writing the manifest to {self.layout.root}")
+        manifest, failures = self._manifest(statuses, wall_seconds, runner)
+        report.write_outputs(self.layout, manifest, failures)
+        print(report.format_prediction_summary(manifest, self.layout), flush=True)
+        if config.database != "none":
+            step.now(f"loading the predictions into {config.database}")
+            self._load(manifest)
+        return self._exit_code(manifest)
+
+    def _manifest(self, statuses, wall_seconds, runner):
+        import datetime
+
+        from beam_pipeline import report
+
+        summary, failures = report.summarize_statuses(statuses)
+        config = self.config
+        manifest = {
+            "rows": summary["rows"], "predicted": summary["written"], "failed": summary["failed"],
+            "splits": summary["splits"], "failed_by_reason": summary["failed_by_reason"],
+            "shards": summary["shards"],
+            "model": {"model_dir": config.model_dir, "signature": self.signature()[0],
+                      "embedding_size": self.export.embedding_size, "embedding_dtype": config.embedding_dtype,
+                      "embedding_layer": self.export.embedding_layer, "top_k": config.top_k,
+                      "vocabulary": self.export.vocabulary},
+            "config": config.to_dict(), "runner": runner, "wall_seconds": round(wall_seconds, 3),
+            "images_per_second": round(summary["written"] / wall_seconds, 2) if wall_seconds > 0 else None,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "versions": report.library_versions(),
+        }
+        return manifest, failures
+
+    def _exit_code(self, manifest):
+        if manifest["rows"] and manifest["failed"] / manifest["rows"] > self.config.max_error_rate:
+            reasons = "; ".join(f"{reason}: {count}" for reason, count in list(manifest["failed_by_reason"].items())[:5])
+            print(f"error: {manifest['failed']} of {manifest['rows']} rows failed, more than --max_error_rate="
+                  f"{self.config.max_error_rate:g}. Top reasons: {reasons}. Every failed row is listed in "
+                  f"{self.layout.errors_file}", file=sys.stderr)
+            return 1
+        return 0
+
+    # ------------------------------------------------------------------ the database
+    def _warn_if_database_unreachable(self):
+        from beam_pipeline import database
+
+        if self.config.database == "embedded":
+            return  # Started by this job when the predictions are written.
+        try:
+            database.connect(self.config.database).close()
+        except database.DatabaseError as error:
+            print(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded later with "
+                  "--load_only", flush=True)
+
+    def load(self, step):
+        """--load_only: loads the Parquet output of an earlier run."""
+        try:
+            manifest = self.layout.load_manifest()
+        except FileNotFoundError as error:
+            raise RefusedError(f"{error} (--load_only loads the output of a finished predict run)") from None
+        step.now(f"loading the predictions into {self.config.database}")
+        self._load(manifest)
+        return 0
+
+    def _load(self, manifest):
+        """Upserts every Parquet shard, builds the index, records what was loaded in the manifest."""
+        import apache_beam as beam
+
+        from beam_pipeline import database, report, runners
+        from beam_pipeline.prediction_pipeline import build_load_pipeline
+
+        config = self.config
+        model = manifest["model"]
+        url, server = database.resolve(config.database, config.database_dir)
+        try:
+            target = database.describe(url)
+            database.prepare_table(url, config.table, model["embedding_size"], model["embedding_dtype"])
+            started = time.time()
+            with beam.Pipeline(runner=runners.local_runner(self.pipeline_options),
+                               options=self.pipeline_options) as pipeline:
+                build_load_pipeline(pipeline, [self.layout.path(shard["file"]) for shard in manifest["shards"]],
+                                    url, config.table)
+            seconds = time.time() - started
+            database.create_index(url, config.table, model["embedding_dtype"])
+            in_table = database.count_rows(url, config.table)
+        finally:
+            if server is not None:
+                server.stop_if_started_here()
+        manifest["database"] = {"target": target, "table": config.table, "loaded_rows": manifest["predicted"],
+                                "rows_in_table": in_table, "index": "hnsw (cosine)",
+                                "load_seconds": round(seconds, 3)}
+        report.write_manifest(self.layout, manifest)
+        print(f"Loaded {manifest['predicted']} rows into table {config.table} at {target} in {seconds:.1f} s "
+              f"({in_table} rows in the table); HNSW cosine index built", flush=True)
