@@ -177,6 +177,9 @@ def upsert_table(connection, table, arrow_table):
     """Upserts an Arrow table of predictions (prediction_shards' schema) in one transaction; returns its rows."""
     from psycopg import sql
 
+    if len(arrow_table) == 0:  # An empty shard (more shards than rows): nothing to send.
+        return 0
+
     stage = sql.Identifier(f"stage_{table}"[:63])
     target = sql.Identifier(table)
     names = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))

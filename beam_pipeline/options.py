@@ -138,7 +138,8 @@ def absolute_if_local(path):
     return os.path.abspath(path)
 
 
-def _flag_value(beam_args, name):
+def flag_value(beam_args, name):
+    """The value of a Beam flag given as `--name=value` or `--name value`, else None."""
     for i, arg in enumerate(beam_args):
         if arg == f"--{name}" and i + 1 < len(beam_args):
             return beam_args[i + 1]
@@ -150,18 +151,18 @@ def _flag_value(beam_args, name):
 def with_local_defaults(beam_args):
     """Adds the local-runner defaults (FnApiRunner, one process per core) unless given."""
     beam_args = list(beam_args)
-    runner = _flag_value(beam_args, "runner")
+    runner = flag_value(beam_args, "runner")
     if runner is None:
         beam_args.append(f"--runner={DEFAULT_RUNNER}")
         runner = DEFAULT_RUNNER
     if runner in LOCAL_RUNNERS:
-        if _flag_value(beam_args, "direct_num_workers") is None:
+        if flag_value(beam_args, "direct_num_workers") is None:
             beam_args.append(f"--direct_num_workers={os.cpu_count() or 1}")
-        if _flag_value(beam_args, "direct_running_mode") is None:
+        if flag_value(beam_args, "direct_running_mode") is None:
             beam_args.append("--direct_running_mode=multi_processing")
     return beam_args
 
 
 def is_local_runner(beam_args):
     """Whether the job runs on this machine (so progress can be shown as shards land)."""
-    return _flag_value(beam_args, "runner") in LOCAL_RUNNERS
+    return flag_value(beam_args, "runner") in LOCAL_RUNNERS

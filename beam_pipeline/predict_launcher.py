@@ -19,7 +19,7 @@ _LOCAL_FLINK_MASTERS = ("[local]", "[auto]")
 
 def workers_on_this_machine(beam_args):
     """Whether the runner's workers run on this machine (and can reach the embedded database)."""
-    value = job_options._flag_value  # noqa: SLF001 - the one parser of Beam flags in args form.
+    value = job_options.flag_value
     runner = (value(beam_args, "runner") or "").lower()
     if value(beam_args, "environment_type") in ("DOCKER", "docker"):
         return False
@@ -249,6 +249,7 @@ class PredictLauncher:
     def _load(self, manifest):
         """Upserts every Parquet shard, builds the index, records what was loaded in the manifest."""
         import apache_beam as beam
+        from apache_beam.options.pipeline_options import PipelineOptions
 
         from beam_pipeline import database, report, runners
         from beam_pipeline.prediction_pipeline import build_load_pipeline
@@ -260,8 +261,8 @@ class PredictLauncher:
             target = database.describe(url)
             database.prepare_table(url, config.table, model["embedding_size"], model["embedding_dtype"])
             started = time.time()
-            with beam.Pipeline(runner=runners.local_runner(self.pipeline_options),
-                               options=self.pipeline_options) as pipeline:
+            options = PipelineOptions(runners.for_io_bound_work(self.beam_args))
+            with beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline:
                 build_load_pipeline(pipeline, [self.layout.path(shard["file"]) for shard in manifest["shards"]],
                                     url, config.table)
             seconds = time.time() - started

@@ -5,7 +5,7 @@ import os
 
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
-from beam_pipeline.options import DEFAULT_RUNNER
+from beam_pipeline.options import DEFAULT_RUNNER, flag_value
 
 
 def local_runner(pipeline_options):
@@ -35,6 +35,19 @@ def local_runner(pipeline_options):
     return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(retrieval_token="unused-retrieval-token",
                                              pipeline_options=encoded)))
+
+
+def for_io_bound_work(beam_args):
+    """Beam arguments for a pipeline that mostly waits (e.g. on a database): on the local runner,
+    worker threads instead of worker processes, which would each start (and import TensorFlow) for
+    a few seconds of waiting; other runners are left as they are."""
+    if flag_value(beam_args, "runner") != DEFAULT_RUNNER:
+        return list(beam_args)
+    kept = [arg for arg in beam_args if not arg.startswith("--direct_running_mode")]
+    if "--direct_running_mode" in kept:  # The flag given as two arguments: drop its value too.
+        at = kept.index("--direct_running_mode")
+        del kept[at:at + 2]
+    return kept + ["--direct_running_mode=multi_threading"]
 
 
 def quiet_library_logs():

@@ -19,9 +19,8 @@ import pytest
 
 import outputs
 import postgres_servers
-import scaleout
 from conftest import SAMPLE_DIR
-from beam_pipeline import database
+from beam_pipeline import database, main
 from tf_serving_input import export_serving_model, make_dataset
 
 pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.
@@ -40,9 +39,11 @@ def predict(*args, **kwargs):
 
 @pytest.fixture(scope="module")
 def sample_job(tmp_path_factory):
+    """The sample set through the job (in this process: its CLI is tested elsewhere)."""
     out = tmp_path_factory.mktemp("predict_job") / "job"
-    result = scaleout.run_job(os.path.join(SAMPLE_DIR, "sample.csv"), out, "--image_size", str(SIZE))
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert main.run(["--input_csv", os.path.join(SAMPLE_DIR, "sample.csv"), "--output_dir", str(out),
+                     "--image_size", str(SIZE), "--no_progress", "--direct_num_workers", "1",
+                     "--direct_running_mode", "in_memory"]) == 0
     return out
 
 
@@ -158,10 +159,16 @@ def test_a_database_that_is_down_keeps_the_parquet_and_load_only_loads_it(sample
     assert refused.returncode == 1 and "s3cret-pw" not in refused.stdout + refused.stderr
     assert 'role "nobody" does not exist' in refused.stderr
 
+    # Later, into the embedded server, which the job starts in --database_dir and stops again.
     loaded = predict("--model_dir", model_and_export[1], "--output_dir", out, "--load_only", "--table", "later",
-                     "--database", pg)
+                     "--database", "embedded", "--database_dir", tmp_path / "pgdata")
     assert loaded.returncode == 0, loaded.stderr[-3000:]
-    assert database.count_rows(pg, "later") == 320
+    server = database.EmbeddedServer(str(tmp_path / "pgdata"))
+    assert "Loaded 320 rows" in loaded.stdout and not server.running()
+    try:
+        assert database.count_rows(server.start(), "later") == 320
+    finally:
+        server.stop()
 
 
 def test_a_server_without_pgvector_is_a_clear_error(predicted, model_and_export):
@@ -212,7 +219,7 @@ def test_search_by_key_and_by_image(predicted, model_and_export, pg, tmp_path):
     assert sheet.read_bytes().startswith(b"\x89PNG")
 
 
-def test_csv_input_goes_through_serving_default_and_records_failures(sample_job, model_and_export, predicted,
+def test_csv_input_goes_through_serving_default_and_records_failures(sample_job, model_and_export, predicted, pg,
                                                                     tmp_path):
     out, _ = predicted
     rows = outputs.prediction_rows(out)
@@ -221,8 +228,11 @@ def test_csv_input_goes_through_serving_default_and_records_failures(sample_job,
     (tmp_path / "notes.txt").write_text("not an image")
     (tmp_path / "in.csv").write_text("\n".join(lines) + "\n")
     result = predict("--model_dir", model_and_export[1], "--input_csv", tmp_path / "in.csv", "--output_dir",
-                     tmp_path / "pred", "--database", "none", "--max_error_rate", 0.5)
+                     tmp_path / "pred", "--database", pg, "--table", "from_csv", "--max_error_rate", 0.5)
     assert result.returncode == 0, result.stderr[-3000:]
+    manifest = outputs.manifest(tmp_path / "pred")  # 3 rows over more shards: empty shards load as nothing.
+    assert any(shard["records"] == 0 for shard in manifest["shards"])
+    assert database.count_rows(pg, "from_csv") == 3
     assert {e["source"]: e["reason"] for e in outputs.errors(tmp_path / "pred")} == {
         "gone.jpg": "file_not_found", "notes.txt": "not_an_image"}
     from_csv = outputs.prediction_rows(tmp_path / "pred")
@@ -238,10 +248,3 @@ def test_embedded_database_is_refused_for_workers_elsewhere(sample_job, model_an
                      "--temp_location", "gs://b/tmp", timeout=120)
     assert result.returncode == 2 and "--database embedded is a server on this machine" in result.stderr
     assert not (tmp_path / "pred").exists()
-
-
-def test_the_embedded_server_is_started_and_stopped_by_the_job(sample_job, model_and_export, tmp_path):
-    result = predict("--model_dir", model_and_export[1], "--input_dir", sample_job, "--output_dir",
-                     tmp_path / "pred", "--database_dir", tmp_path / "pgdata")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Loaded 320 rows" in result.stdout and not database.EmbeddedServer(str(tmp_path / "pgdata")).running()
