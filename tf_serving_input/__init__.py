@@ -3,6 +3,15 @@
     from tf_serving_input import make_dataset, export_serving_model
 """
 
+import os
+
+# TensorFlow's default CPU allocator takes every large buffer fresh from the OS and returns it,
+# so each batch pays page faults: writing one 64 x 224 x 224 x 3 float32 batch measured 18 ms that
+# way and 2 ms with its BFC allocator, which keeps and reuses memory (the reader: ~3,000 -> ~7,000
+# images/s on 2 cores). It is read when TensorFlow allocates its first tensor, so this takes effect
+# when the package is imported before any tensor exists; TF_CPU_ALLOCATOR_USE_BFC=false opts out.
+os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+
 
 def make_dataset(*args, **kwargs):
     """See `tf_serving_input.reader.make_dataset` (imported lazily: TF loads on first use)."""

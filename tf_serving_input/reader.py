@@ -52,26 +52,44 @@ def shard_files(output_dir, split):
     return files
 
 
-def augment_batch(images, seed=None, min_crop_area=0.8):
-    """Batch-wise training augmentation: a random horizontal flip and a random crop per image.
+def _nearest(coordinates, limit):
+    """Indices of the source pixels nearest to sample coordinates, clamped to [0, limit)."""
+    return tf.clip_by_value(tf.cast(tf.round(coordinates), tf.int32), 0, limit - 1)
 
-    One vectorized op each over the whole batch: the crop boxes differ per image
-    and are resized back to the input size with `crop_and_resize`.
+
+def augment_and_normalize(images, mean, std, randoms, min_crop_area=0.8):
+    """uint8 [B, S, S, 3] -> normalized float32, each image flipped at random and randomly cropped.
+
+    Per image: a square crop of a random area fraction in [min_crop_area, 1] at a random place,
+    resampled back to S x S (half-pixel centres, nearest source pixel), and mirrored left-right
+    with probability 1/2. `randoms` is float32 [B, 4] uniform in [0, 1): area, top, left, flip.
+    With a crop of the whole image and no flip it is exactly `normalize_images`.
+
+    Written for XLA, which compiles it with the normalization into one pass over the batch, and
+    for memory traffic, which is what costs on a CPU. Each pixel's 3 bytes are packed into one
+    uint32, so that gathering the crop's columns (the flip folded into their indices) moves words,
+    not bytes; then rows are gathered whole. Nearest-neighbour sampling: the zoom is at most
+    1/sqrt(min_crop_area) (1.12x), so at most one row or column in nine repeats. Measured on 64
+    224 px images in the training reader: 0.8x the throughput of no augmentation, where per-image
+    `crop_and_resize` on the normalized floats gave 0.15x and a bilinear version of this 0.5x
+    (docs/benchmarks.md).
     """
     shape = tf.shape(images)
-    batch, size = shape[0], shape[1]
+    size = tf.cast(shape[1], tf.float32)
+    side = tf.sqrt(min_crop_area + (1.0 - min_crop_area) * randoms[:, 0]) * size  # [B]
+    top = randoms[:, 1] * (size - side)
+    left = randoms[:, 2] * (size - side)
+    centres = tf.range(size) + 0.5  # Output pixel centres.
+    scale = (side / size)[:, None]
+    rows = _nearest(top[:, None] + centres[None, :] * scale - 0.5, shape[1])  # [B, S] source rows.
+    columns = _nearest(left[:, None] + centres[None, :] * scale - 0.5, shape[2])
+    columns = tf.where((randoms[:, 3] < 0.5)[:, None], tf.reverse(columns, [1]), columns)
+    pixels = tf.bitcast(tf.pad(images, [[0, 0], [0, 0], [0, 0], [0, 1]]), tf.uint32)  # [B, H, W]
+    pixels = tf.bitcast(tf.gather(pixels, columns, axis=2, batch_dims=1), tf.uint8)[..., :3]
+    return normalize_images(tf.gather(pixels, rows, axis=1, batch_dims=1), mean, std)
 
-    def uniform(shape, offset, low=0.0):
-        # Distinct op seeds: ops sharing one seed would draw the same numbers.
-        return tf.random.uniform(shape, low, 1.0, seed=None if seed is None else seed + offset)
 
-    flip = uniform([batch, 1, 1, 1], 0) < 0.5
-    images = tf.where(flip, tf.reverse(images, [2]), images)
-    side = tf.sqrt(uniform([batch], 1, low=min_crop_area))
-    top = uniform([batch], 2) * (1.0 - side)
-    left = uniform([batch], 3) * (1.0 - side)
-    boxes = tf.stack([top, left, top + side, left + side], axis=1)
-    return tf.image.crop_and_resize(images, boxes, tf.range(batch), tf.stack([size, size]))
+_augment_fused = tf.function(augment_and_normalize, jit_compile=True)
 
 
 def make_dataset(output_dir, split="train", batch_size=64, training=True, *, repeat=False, cache=False,
@@ -89,7 +107,8 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
         (~150 KB per 224 px image with 'raw' storage, ~20 KB with 'jpeg').
       seed: seed for shuffling and augmentation (reproducible order when set).
       drop_remainder: drop the last partial batch; defaults to `training`.
-      augment: batch-wise random flip and crop; defaults to `training`.
+      augment: a random flip and random resized crop per image (`augment_and_normalize`, fused
+        with the normalization into one XLA pass); defaults to `training`.
       deterministic: element order of the parallel interleave and maps; defaults
         to `not training` (evaluation order is reproducible).
       shuffle_buffer: records in the shuffle buffer when training (serialized:
@@ -156,9 +175,11 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
 
     def normalize_batch(images, label_text):
         # One fused op for the whole batch, with the statistics of the saved TFT graph.
-        images = _normalize_fused(images, mean, std)
         if augment:
-            images = augment_batch(images, seed=seed)
+            randoms = tf.random.uniform([tf.shape(images)[0], 4], seed=seed)
+            images = _augment_fused(images, mean, std, randoms)
+        else:
+            images = _normalize_fused(images, mean, std)
         return images, labels_table.lookup(label_text)
 
     dataset = dataset.map(normalize_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)

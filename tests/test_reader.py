@@ -1,0 +1,49 @@
+"""The reader's batch-level pieces in process: augmentation fused with normalization, the training path."""
+
+import numpy as np
+import tensorflow as tf
+
+from tf_serving_input import make_dataset
+from tf_serving_input.normalization import normalize_images
+from tf_serving_input.reader import _augment_fused, augment_and_normalize
+
+MEAN, STD = tf.constant([10.0, 20.0, 30.0]), tf.constant([2.0, 3.0, 4.0])
+IMAGES = tf.constant(np.random.default_rng(0).integers(0, 256, (3, 8, 8, 3)), tf.uint8)
+
+
+def randoms(area, top, left, flip):
+    return tf.constant([[area, top, left, flip]] * 3, tf.float32)
+
+
+def test_whole_crop_without_flip_is_exactly_the_normalization():
+    expected = normalize_images(IMAGES, MEAN, STD)
+    for augment in (augment_and_normalize, _augment_fused):  # Eager and XLA-compiled.
+        np.testing.assert_array_equal(augment(IMAGES, MEAN, STD, randoms(1.0, 0, 0, 0.9)), expected)
+        np.testing.assert_array_equal(augment(IMAGES, MEAN, STD, randoms(1.0, 0, 0, 0.1)),
+                                      normalize_images(tf.reverse(IMAGES, [2]), MEAN, STD))
+
+
+def test_a_crop_zooms_into_its_corner():
+    # The smallest crop (area 0.8: side 8 * 0.894 = 7.2 px) at the top-left corner: the source's
+    # last row and column are never sampled, and one row and one column repeat.
+    image = np.arange(64, dtype=np.uint8).reshape(1, 8, 8, 1).repeat(3, axis=3) * 3
+    out = augment_and_normalize(tf.constant(image), tf.zeros(3), tf.ones(3), tf.constant([[0.0, 0.0, 0.0, 0.9]]))
+    rows = out.numpy()[0, :, 0, 0] // 24  # Source row of each output row (value = 3 * (8 row + column)).
+    assert rows.tolist() == [0, 1, 2, 3, 4, 4, 5, 6]
+    mirrored = augment_and_normalize(tf.constant(image), tf.zeros(3), tf.ones(3), tf.constant([[0.0, 0.0, 0.0, 0.1]]))
+    np.testing.assert_array_equal(mirrored.numpy()[0], out.numpy()[0, :, ::-1])
+
+
+def test_training_batches_are_full_augmented_and_reproducible_with_a_seed(tiny_job):
+    out, _, _ = tiny_job
+    def batches():
+        dataset = make_dataset(out, "train", batch_size=4, training=True, seed=7, deterministic=True)
+        return [x.numpy() for x, _ in dataset]
+
+    first, second = batches(), batches()
+    plain = np.concatenate([x.numpy() for x, _ in make_dataset(out, "train", batch_size=4, training=False)])
+    assert [b.shape for b in first] == [(4, 16, 16, 3)] * 2  # 9 train rows: the partial batch dropped.
+    assert all(np.isfinite(b).all() for b in first)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert not any(np.allclose(b, plain[i * 4:i * 4 + 4]) for i, b in enumerate(first))
+    assert make_dataset(out, "train", batch_size=4, training=False).cardinality().numpy() == 3
