@@ -11,7 +11,7 @@ source "$(dirname "$0")/_venv.sh" "[test]"
 
 echo "== Unit tests (pytest tests) =="
 unit=0
-env -u FLINK_JOB_SERVER_JAR .venv/bin/python -m pytest tests "$@" || unit=$?
+env -u FLINK_JOB_SERVER_JAR .venv/bin/python -m pytest tests --durations=25 "$@" || unit=$?
 
 flink=0
 if [ -n "${SKIP_FLINK:-}" ] && [ "${SKIP_FLINK}" != "0" ]; then
