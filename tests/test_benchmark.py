@@ -14,10 +14,13 @@ SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 def test_benchmark_runs_at_a_tiny_size(tmp_path):
     result = subprocess.run(
         [sys.executable, SCRIPT, "--images", "24", "--large_images", "3", "--memory_factor", "2",
-         "--seconds", "0.3", "--workdir", str(tmp_path / "work"), "--docs_dir", str(tmp_path / "docs")],
+         "--seconds", "0.3", "--search_vectors", "300", "--workdir", str(tmp_path / "work"),
+         "--docs_dir", str(tmp_path / "docs")],
         capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("job_vs_bare", "reader_vs_after", "shrink_speedup", "shrink_psnr", "memory_ratio"):
+    for name in ("job_vs_bare", "job_vs_pillow", "reader_vs_after", "train_reader_vs_no_augment",
+                 "train_reader_vs_after", "shrink_speedup", "shrink_psnr", "memory_ratio", "predict_vs_model_predict",
+                 "load_vs_bare_copy", "search_p50_ms", "predict_memory_ratio"):
         assert f"| {name} |" in result.stdout, name
     report = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "## Ratios against targets" in report and "## Where the time goes" in report
