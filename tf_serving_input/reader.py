@@ -70,7 +70,7 @@ def augment_and_normalize(images, mean, std, randoms, min_crop_area=0.8):
     uint32, so that gathering the crop's columns (the flip folded into their indices) moves words,
     not bytes; then rows are gathered whole. Nearest-neighbour sampling: the zoom is at most
     1/sqrt(min_crop_area) (1.12x), so at most one row or column in nine repeats. Measured on 64
-    224 px images in the training reader: 0.8x the throughput of no augmentation, where per-image
+    224 px images in the training reader: 0.73-0.91x the throughput of no augmentation, where per-image
     `crop_and_resize` on the normalized floats gave 0.15x and a bilinear version of this 0.5x
     (docs/benchmarks.md).
     """
