@@ -101,10 +101,9 @@ def settle():
     os.sync()
 
 
-def run_job(csv_path, out, *extra):
-    """Runs the real CLI; returns (wall seconds, manifest, peak RSS of its process tree, shard statuses)."""
-    command = [sys.executable, "-m", "beam_pipeline", "--input_csv", csv_path, "--output_dir", out,
-               "--overwrite", "--no_progress", *extra]
+def run_measured(command):
+    """Runs a command from the repository; returns (wall seconds, peak RSS of its process tree).
+    RuntimeError with the end of its stderr when it fails."""
     settle()
     started = time.time()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
@@ -117,18 +116,25 @@ def run_job(csv_path, out, *extra):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    stdout, stderr = process.communicate()
+    _, stderr = process.communicate()
     wall = time.time() - started
     sampler.join()
     if process.returncode != 0:
-        raise RuntimeError(f"job failed ({' '.join(command)}):\n{stderr[-3000:]}")
+        raise RuntimeError(f"failed: {' '.join(map(str, command))}\n{stderr[-3000:]}")
+    return wall, peak[0]
+
+
+def run_job(csv_path, out, *extra):
+    """Runs the real CLI; returns (wall seconds, manifest, peak RSS of its process tree, shard statuses)."""
+    wall, peak = run_measured([sys.executable, "-m", "beam_pipeline", "--input_csv", csv_path, "--output_dir", out,
+                               "--overwrite", "--no_progress", *extra])
     layout = OutputLayout(out)
     manifest = layout.load_manifest()
     statuses = []
     for path in glob.glob(layout.status_files_glob()):
         with open(path) as f:
             statuses.append(json.load(f))
-    return wall, manifest, peak[0], statuses
+    return wall, manifest, peak, statuses
 
 
 def steady_seconds_per_image(statuses):
@@ -614,7 +620,7 @@ def measure_predict(work, small_out, big_out, small_rows, big_rows, classes, sea
         server.stop()
     runs = {}
     for name, job_out, rows in (("small", small_out, small_rows), ("big", big_out, big_rows)):
-        runs[name] = benchmark_predict.run_predict(REPO, tree_rss_bytes, export, job_out,
+        runs[name] = benchmark_predict.run_predict(run_measured, export, job_out,
                                                    os.path.join(work, f"predict_{name}"), "embedded", database_dir,
                                                    f"bench_{name}")
     (small_wall, small_manifest, small_peak), (big_wall, big_manifest, big_peak) = runs["small"], runs["big"]

@@ -12,9 +12,7 @@ classifier on top; its embedding is the pooled 576-d feature vector.
 
 import json
 import os
-import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -36,30 +34,14 @@ def export_benchmark_model(job_out, export_dir, classes):
     return model, export_serving_model(model, job_out, export_dir)
 
 
-def run_predict(repo, tree_rss, export_dir, job_out, out, database, database_dir, table):
-    """Runs the real predict CLI; returns (wall seconds, manifest, peak RSS of its process tree)."""
-    command = [sys.executable, "-m", "beam_pipeline.predict", "--model_dir", export_dir, "--input_dir", job_out,
-               "--output_dir", out, "--database", database, "--database_dir", database_dir, "--table", table,
-               "--batch_size", str(BATCH), "--overwrite", "--no_progress"]
-    os.sync()
-    started = time.time()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=repo)
-    peak = [0]
-
-    def sample():
-        while process.poll() is None:
-            peak[0] = max(peak[0], tree_rss(process.pid))
-            time.sleep(0.2)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, stderr = process.communicate()
-    wall = time.time() - started
-    sampler.join()
-    if process.returncode != 0:
-        raise RuntimeError(f"predict failed ({' '.join(command)}):\n{stderr[-3000:]}")
+def run_predict(run_measured, export_dir, job_out, out, database, database_dir, table):
+    """Runs the real predict CLI through `run_measured`; returns (wall seconds, manifest, peak RSS)."""
+    wall, peak = run_measured([sys.executable, "-m", "beam_pipeline.predict", "--model_dir", export_dir,
+                               "--input_dir", job_out, "--output_dir", out, "--database", database,
+                               "--database_dir", database_dir, "--table", table, "--batch_size", str(BATCH),
+                               "--overwrite", "--no_progress"])
     with open(os.path.join(out, "manifest.json")) as f:
-        return wall, json.load(f), peak[0]
+        return wall, json.load(f), peak
 
 
 def model_predict_rate(model, job_out, rows):
