@@ -111,51 +111,44 @@ def write_manifest(layout, manifest):
         f.write(json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
 
 
+def _summary(rows):
+    """The end-of-run summary table: a header, then one aligned `name value` line per row."""
+    return "\n".join(["", "Summary", "-------"] + [f"  {name:<22} {value}" for name, value in rows])
+
+
+def _counts(manifest, done):
+    """The rows/done/failed lines, with failures by reason."""
+    rows = [("rows", manifest["rows"]), (done, manifest[done]), ("failed", manifest["failed"])]
+    return rows + [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
+
+
+def _ending(manifest, layout):
+    """The time, output and (when rows failed) errors lines."""
+    rows = [("time", f"{progress.format_duration(manifest['wall_seconds'])} "
+                     f"({manifest['images_per_second']} images/s)"),
+            ("output", layout.root)]
+    return rows + ([("errors", layout.errors_file)] if manifest["failed"] else [])
+
+
 def format_summary(manifest, layout):
     """The human summary table printed at the end of a run."""
-    lines = ["", "Summary", "-------"]
-
-    def add(name, value):
-        lines.append(f"  {name:<22} {value}")
-
-    add("rows", manifest["rows"])
-    add("written", manifest["written"])
-    add("failed", manifest["failed"])
-    for reason, count in manifest["failed_by_reason"].items():
-        add(f"  {reason}", count)
-    for split, counts in manifest["splits"].items():
-        add(f"split {split}", f"{counts['written']} written, {counts['failed']} failed, "
-                              f"{counts['shards']} shards")
     stats = manifest["statistics"]
-    add("pixel mean (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_mean"]))
-    add("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"]))
-    add("labels", f"{len(stats['label_vocabulary'])}: {', '.join(stats['label_vocabulary'][:10])}"
-                  f"{' ...' if len(stats['label_vocabulary']) > 10 else ''}")
-    add("time", f"{progress.format_duration(manifest['wall_seconds'])} "
-                f"({manifest['images_per_second']} images/s)")
-    add("output", layout.root)
-    if manifest["failed"]:
-        add("errors", layout.errors_file)
-    return "\n".join(lines)
+    vocabulary = stats["label_vocabulary"]
+    return _summary(
+        _counts(manifest, "written")
+        + [(f"split {split}", f"{counts['written']} written, {counts['failed']} failed, {counts['shards']} shards")
+           for split, counts in manifest["splits"].items()]
+        + [("pixel mean (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_mean"])),
+           ("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"])),
+           ("labels", f"{len(vocabulary)}: {', '.join(vocabulary[:10])}{' ...' if len(vocabulary) > 10 else ''}")]
+        + _ending(manifest, layout))
 
 
 def format_prediction_summary(manifest, layout):
     """The human summary printed at the end of a predict run."""
-    lines = ["", "Summary", "-------"]
-
-    def add(name, value):
-        lines.append(f"  {name:<22} {value}")
-
-    add("rows", manifest["rows"])
-    add("predicted", manifest["predicted"])
-    add("failed", manifest["failed"])
-    for reason, count in manifest["failed_by_reason"].items():
-        add(f"  {reason}", count)
     model = manifest["model"]
-    add("model", f"{model['model_dir']} ({model['signature']})")
-    add("embedding", f"{model['embedding_size']} x {model['embedding_dtype']}, unit length")
-    add("time", f"{progress.format_duration(manifest['wall_seconds'])} ({manifest['images_per_second']} images/s)")
-    add("output", layout.root)
-    if manifest["failed"]:
-        add("errors", layout.errors_file)
-    return "\n".join(lines)
+    return _summary(
+        _counts(manifest, "predicted")
+        + [("model", f"{model['model_dir']} ({model['signature']})"),
+           ("embedding", f"{model['embedding_size']} x {model['embedding_dtype']}, unit length")]
+        + _ending(manifest, layout))
