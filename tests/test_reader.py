@@ -36,14 +36,18 @@ def test_a_crop_zooms_into_its_corner():
 
 def test_training_batches_are_full_augmented_and_reproducible_with_a_seed(tiny_job):
     out, _, _ = tiny_job
-    def batches():
-        dataset = make_dataset(out, "train", batch_size=4, training=True, seed=7, deterministic=True)
-        return [x.numpy() for x, _ in dataset]
+    def batches(batch_size, count=None):
+        dataset = make_dataset(out, "train", batch_size=batch_size, training=True, seed=7, deterministic=True,
+                               repeat=count is not None)
+        return [x.numpy() for x, _ in dataset.take(count or -1)]
 
-    first, second = batches(), batches()
+    first = batches(4)
     plain = np.concatenate([x.numpy() for x, _ in make_dataset(out, "train", batch_size=4, training=False)])
     assert [b.shape for b in first] == [(4, 16, 16, 3)] * 2  # 9 train rows: the partial batch dropped.
     assert all(np.isfinite(b).all() for b in first)
-    assert all(np.array_equal(a, b) for a, b in zip(first, second))
     assert not any(np.allclose(b, plain[i * 4:i * 4 + 4]) for i, b in enumerate(first))
+    # The same seed, the same crops and flips, though the parallel map runs its 64 calls in any order.
+    singles = batches(1, 64)
+    for _ in range(3):
+        assert all(np.array_equal(a, b) for a, b in zip(singles, batches(1, 64)))
     assert make_dataset(out, "train", batch_size=4, training=False).cardinality().numpy() == 3

@@ -175,14 +175,22 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
 
     def normalize_batch(images, label_text):
         # One fused op for the whole batch, with the statistics of the saved TFT graph.
-        if augment:
-            randoms = tf.random.uniform([tf.shape(images)[0], 4], seed=seed)
-            images = _augment_fused(images, mean, std, randoms)
-        else:
-            images = _normalize_fused(images, mean, std)
-        return images, labels_table.lookup(label_text)
+        return _normalize_fused(images, mean, std), labels_table.lookup(label_text)
 
-    dataset = dataset.map(normalize_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    def augment_and_normalize_batch(batch, batch_seed):
+        images, label_text = batch
+        randoms = tf.random.stateless_uniform([tf.shape(images)[0], 4], seed=batch_seed)
+        return _augment_fused(images, mean, std, randoms), labels_table.lookup(label_text)
+
+    if augment:
+        # A seed per batch, paired with the batches in order before the parallel map: a stateful
+        # random op inside that map draws in whatever order its calls happen to run, so the same
+        # `seed` gave other crops from run to run.
+        batch_seeds = tf.data.Dataset.random(seed=seed).batch(2)
+        dataset = tf.data.Dataset.zip((dataset, batch_seeds)).map(
+            augment_and_normalize_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    else:
+        dataset = dataset.map(normalize_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if not repeat and input_context is None:
         # The number of batches is known from the manifest: Keras then shows progress totals and
         # does not warn "input ran out of data" at the end of each validation pass, and a split
