@@ -23,6 +23,7 @@ import tempfile
 import threading
 import traceback
 
+from beam_pipeline.redact import redact
 from tf_serving_input.layout import is_local
 
 # errno -> (what happened, what to do)
@@ -45,6 +46,10 @@ _UNREACHABLE = ("EndpointConnectionError", "Could not connect", "Connection refu
 _KILLED = ("SIGKILL", "exit code -9", "exitcode -9", "was killed", "OOMKilled")
 _LOST = ("is no longer reachable", "Lost connection to task manager", "remote task manager")
 _ERRNO_TEXT = re.compile(r"\[Errno (\d+)\]")
+# "psycopg.errors.UniqueViolation: duplicate key ..." at the start of a line of a relayed traceback.
+_EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Failure|Violation|Exit|Interrupt)): (.+)$",
+                             re.MULTILINE)
+_WHILE_RUNNING = re.compile(r"\s*\[while running '[^']*'\]")
 
 
 class Step:
@@ -94,9 +99,22 @@ def explain(error):
     if any(word in text for word in _KILLED):
         return ("a worker process was killed (out of memory?)", "run the same command again to resume; "
                 "fewer workers (--direct_num_workers) use less memory")
-    lines = str(error).strip().splitlines()
-    return (f"{type(error).__name__}: {lines[0][:400] if lines else ''}".rstrip(": "),
-            "see the traceback; run the same command again to resume")
+    return (relayed_cause(error)[:400], "see the traceback; run the same command again to resume")
+
+
+def relayed_cause(error):
+    """`Type: message` of what failed, also when Beam relays a worker's traceback as the error's text.
+
+    Beam's runners re-raise a worker's failure as a RuntimeError whose text is the worker's
+    traceback (often several, nested): the cause is its last exception line, not its first line.
+    """
+    text = str(error).strip()
+    found = [match for match in _EXCEPTION_LINE.finditer(text) if not match.group(2).startswith("Traceback")]
+    if found:
+        name, message = found[-1].group(1), found[-1].group(2)
+        return f"{name.rsplit('.', 1)[-1]}: {_WHILE_RUNNING.sub('', message).strip()}"
+    lines = text.splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 class RunLog:
@@ -164,6 +182,7 @@ class RunLog:
         text = "".join(f"{line}\n" for line in self.records)
         if error is not None:
             text += "\n" + "".join(traceback.format_exception(error))
+        text = redact(text)
         folders = ([self.log_dir] if is_local(self.log_dir) else []) + [tempfile.gettempdir()]
         for folder in folders:
             path = os.path.join(folder, f"beam-image-pipeline-{stamp}-{os.getpid()}.log")
@@ -194,4 +213,4 @@ def one_line(error, doing, log_path):
     """`error: <what> while <doing>; <what to do> (traceback: <log>)`."""
     what, advice = explain(error)
     where = f" (traceback: {log_path})" if log_path else ""
-    return f"error: {what} while {doing}; {advice}{where}"
+    return redact(f"error: {what} while {doing}; {advice}{where}")

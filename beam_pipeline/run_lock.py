@@ -23,6 +23,7 @@ import sys
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.redact import redact, redact_argv
 from tf_serving_input.layout import is_local, temp_path
 
 
@@ -47,7 +48,7 @@ def this_process():
     """The holder record of this process."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start_ticks(os.getpid()),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv)[:500]}
+            "command": redact_argv(sys.argv)[:500]}
 
 
 def holder_alive(holder):
@@ -68,8 +69,9 @@ def holder_alive(holder):
 
 
 def describe(holder):
-    return (f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
-            f" ({holder.get('command', '')[:120]})")
+    """The holder of a lock, for messages (its command line redacted: a lock may come from an older version)."""
+    return redact(f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
+                  f" ({str(holder.get('command', ''))[:120]})")
 
 
 class OutputLock:

@@ -1,0 +1,57 @@
+"""Secrets never leave the process: the one place that removes passwords from text before it is shown or written.
+
+    redact("cannot connect to postgresql://reader:s3cret@db/x")  -> 'cannot connect to postgresql://reader:***@db/x'
+
+Every path by which text reaches a user or a file goes through `redact`: the
+lock file's command line, notices and refusals, the one-line errors, the run
+log with its tracebacks, and what Beam's workers relay. It removes the password
+of any URL (`scheme://user:password@host`), `password=...` in libpq key-value
+strings, and every value `register` was given (a password seen in this process,
+wherever else it may be quoted, e.g. percent-decoded in an exception).
+"""
+
+import re
+import urllib.parse
+
+MASK = "***"
+# scheme://user:password@ : the password is whatever stands between the first ':' after the
+# user and the last '@' before the host (passwords may hold '@' when percent-encoded or not).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)(?P<password>[^\s/]*)@")
+_KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+_registered = set()
+
+
+def register(secret):
+    """Remembers a secret (and its percent-decoded form) so that `redact` removes it wherever it appears."""
+    if secret:
+        _registered.add(secret)
+        _registered.add(urllib.parse.unquote(secret))
+
+
+def register_url(url):
+    """Registers the password of a URL, if it has one."""
+    if url and "://" in url:
+        try:
+            register(urllib.parse.urlsplit(url).password)
+        except ValueError:
+            pass  # Not a URL urllib can split (a bad port): the pattern below still masks it.
+
+
+def redact(text):
+    """`text` with every password in it replaced by ***."""
+    if not text:
+        return text
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + (MASK if m.group("password") else "") + "@", text)
+    text = _KEYWORD_PASSWORD.sub(lambda m: m.group("head") + MASK, text)
+    for secret in sorted(_registered, key=len, reverse=True):
+        if len(secret) >= 3:  # A one- or two-character 'password' would blank out ordinary text.
+            text = text.replace(secret, MASK)
+    return text
+
+
+def redact_argv(argv):
+    """A command line as one redacted string, registering the passwords of the URLs in it."""
+    for argument in argv:
+        for candidate in re.findall(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+", argument):
+            register_url(candidate)
+    return redact(" ".join(argv))
