@@ -15,6 +15,12 @@ import re
 
 DEFAULT_SPLIT = "train"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# What a label may not hold: TFT's vocabulary file is newline-delimited (a label with a line break
+# would silently get id -1), and PostgreSQL text cannot hold NUL.
+_LABEL_BREAKERS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a carriage return",
+                   "\x0b": "a vertical tab", "\x0c": "a form feed", "\x1c": "a file separator",
+                   "\x1d": "a group separator", "\x1e": "a record separator", "\x85": "a next-line character",
+                   "\u2028": "a line separator", "\u2029": "a paragraph separator"}
 # A shard holds about this many rows unless --num_shards says otherwise.
 ROWS_PER_SHARD = 1000
 # Small splits still get a few shards, so that several workers share them.
@@ -180,10 +186,16 @@ def _make_row(csv_path, cells, line, index, path_at, label_at, split_at):
     if not _SPLIT_NAME.match(split):
         raise CsvError(f"{csv_path}: line {line}: split {split!r} is not a valid split name "
                        "(letters, digits, '_' and '-' only)")
+    label = cell(label_at)
+    bad = next((char for char in label if char in _LABEL_BREAKERS), None)
+    if bad is not None:
+        raise CsvError(f"{csv_path}: line {line}: label {label[:60]!r} holds {_LABEL_BREAKERS[bad]}, which a label "
+                       "cannot hold (the statistics' vocabulary is one label per line, and the database's text "
+                       "cannot hold NUL): remove it")
     source = cell(path_at)
     return Row(index=index, line=line, source=source,
                path=resolve_path(source, csv_path) if source.strip() else "",
-               label=cell(label_at), split=split, key=row_key(index, source))
+               label=label, split=split, key=row_key(index, source))
 
 
 def read_header(csv_path):

@@ -84,3 +84,19 @@ def test_auto_num_shards_depends_on_rows_only():
     assert source.auto_num_shards(3) == 3
     assert source.auto_num_shards(300) == 8
     assert source.auto_num_shards(1_000_000) == 1000
+
+
+@pytest.mark.parametrize("label, named", [("c\x00t", "a NUL byte"), ("two\nlines", "a line break"),
+                                          ("cr\r", "a carriage return"), ("u\u2028v", "a line separator")])
+def test_a_label_no_vocabulary_or_database_can_hold_is_refused_with_its_line(tmp_path, label, named):
+    # Quoted, so the CSV itself is well-formed: the label is what cannot be used.
+    csv_path = write(tmp_path, 'path,label\na.jpg,ok\n"b.jpg","' + label + '"\n')
+    with pytest.raises(source.CsvError, match=f"line 3: label .* holds {named}"):
+        source.summarize_csv(csv_path)
+
+
+def test_hostile_but_storable_labels_pass(tmp_path):
+    labels = ['say "hi", ok', "tab\there", "ünïcödé 🐈", "x" * 10_000]
+    csv_path = write(tmp_path, "path,label\n" + "".join(
+        f'{i}.jpg,"{label.replace(chr(34), chr(34) * 2)}"\n' for i, label in enumerate(labels)))
+    assert [row.label for row in source.iter_rows(csv_path)] == labels
