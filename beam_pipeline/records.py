@@ -51,18 +51,36 @@ def frame_record(record):
                      record, struct.pack("<I", _masked_crc(record))])
 
 
-def read_records(stream):
-    """Yields the records of a TFRecord file object, reading one record at a time."""
+class DamagedRecords(ValueError):
+    """A TFRecord file whose framing or CRCs do not hold: truncated (ends early) or corrupt."""
+
+    def __init__(self, message, truncated):
+        super().__init__(message)
+        self.truncated = truncated
+
+
+def read_records(stream, verify=True):
+    """Yields the records of a TFRecord file object, reading one record at a time.
+
+    With `verify` (the default) the length's and the data's masked CRC32C are checked, so a
+    changed byte anywhere is caught; DamagedRecords says where (and whether the file ends early).
+    """
+    offset = 0
     while True:
         header = stream.read(12)
         if not header:
             return
         if len(header) < 12:
-            raise ValueError("truncated TFRecord header")
+            raise DamagedRecords(f"truncated: the file ends inside a record header at byte {offset}", True)
         (length,) = struct.unpack_from("<Q", header, 0)
+        if verify and struct.unpack_from("<I", header, 8)[0] != _masked_crc(header[:8]):
+            raise DamagedRecords(f"corrupt: the record length at byte {offset} fails its CRC", False)
         record = stream.read(length + 4)
         if len(record) < length + 4:
-            raise ValueError("truncated TFRecord")
+            raise DamagedRecords(f"truncated: the file ends inside the record at byte {offset}", True)
+        if verify and struct.unpack_from("<I", record, length)[0] != _masked_crc(record[:length]):
+            raise DamagedRecords(f"corrupt: the record at byte {offset} fails its CRC", False)
+        offset += 12 + length + 4
         yield record[:length]
 
 

@@ -1,8 +1,11 @@
 """TFRecord framing written by the job reads with TensorFlow's own reader, and back."""
 
+import io
+
+import pytest
 import tensorflow as tf
 
-from beam_pipeline.records import frame_record, iter_records
+from beam_pipeline.records import DamagedRecords, frame_record, iter_records, read_records
 
 
 def test_framing_reads_with_tfrecorddataset(tmp_path):
@@ -22,3 +25,21 @@ def test_a_corrupted_record_fails_tensorflow_crc_check(tmp_path):
     except tf.errors.DataLossError:
         return
     raise AssertionError("TensorFlow read a record whose CRC does not match")
+
+
+@pytest.mark.parametrize("flip", [3, 9, 14, 20])  # The length, its CRC, the payload, the payload's CRC.
+def test_read_records_catches_one_flipped_byte_anywhere(flip):
+    data = bytearray(frame_record(b"hello world"))
+    data[flip] ^= 0x01
+    with pytest.raises(DamagedRecords, match="corrupt") as caught:
+        list(read_records(io.BytesIO(bytes(data))))
+    assert not caught.value.truncated
+
+
+def test_read_records_names_a_cut_file_truncated():
+    data = frame_record(b"first") + frame_record(b"second")
+    assert list(read_records(io.BytesIO(data))) == [b"first", b"second"]
+    for cut in (len(data) - 3, len(frame_record(b"first")) + 5):
+        with pytest.raises(DamagedRecords, match="truncated") as caught:
+            list(read_records(io.BytesIO(data[:cut])))
+        assert caught.value.truncated
