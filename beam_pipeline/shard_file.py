@@ -11,10 +11,11 @@ duplicate work item, a second run) never write into one file. Publishing
 renames the complete file over the final name, never deleting it first: on
 a local disk the rename replaces it atomically, on object stores the copy
 does. Attempts write byte-identical shards, so whichever lands last is right;
-an attempt that finds the shard already published with its own checksum keeps
-that one and discards its copy. The status file (records, checksum) is
-published the same way, after the data: a shard counts as done only once its
-status exists and its file matches it (`read_verified`).
+an attempt that finds the shard already published with its own checksum (the
+file's content checked, not just its size) keeps that one and discards its copy.
+The status file (records, checksum) is published the same way, after the
+data: a shard counts as done only once its status exists and its file matches
+it (`read_verified`).
 """
 
 import hashlib
@@ -83,7 +84,7 @@ class ShardFileWriter:
                       records=self.records, bytes=self.bytes, sha256=self._checksum.hexdigest())
         published = read_status(self.status_path)
         if (published and published.get("sha256") == status["sha256"]
-                and _size(self.data_path) == status["bytes"]):
+                and _size(self.data_path) == status["bytes"] and _sha256(self.data_path) == status["sha256"]):
             _delete_quietly(self._temp_path)  # Another attempt published this very shard: keep it.
             return published
         FileSystems.rename([self._temp_path], [self.data_path])
@@ -124,6 +125,18 @@ def read_verified(layout, name, rows):
     if len(data) != status.get("bytes") or hashlib.sha256(data).hexdigest() != status.get("sha256"):
         return None
     return status, data
+
+
+def _sha256(path):
+    """The SHA-256 of a file's content (a changed byte keeps its size), or None when it cannot be read."""
+    try:
+        checksum = hashlib.sha256()
+        with FileSystems.open(path, compression_type=_RAW) as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                checksum.update(block)
+        return checksum.hexdigest()
+    except Exception:  # noqa: BLE001 - absent.
+        return None
 
 
 def _size(path):

@@ -94,6 +94,14 @@ def test_a_damaged_final_shard_is_replaced_and_a_published_one_kept(tmp_path):
         f.truncate(100)
     write_shard(root)
     assert_one_verified_shard(root)
+    # One changed byte keeps the size: only the checksum tells, and the shard is replaced too.
+    with open(layout.shard_file(NAME), "r+b") as f:
+        f.seek(50)
+        byte = f.read(1)
+        f.seek(50)
+        f.write(bytes([byte[0] ^ 1]))
+    write_shard(root)
+    assert_one_verified_shard(root)
 
 
 def test_failed_attempt_leaves_no_temporary_file(tmp_path):
