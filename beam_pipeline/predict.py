@@ -40,6 +40,7 @@ class PredictConfig:
     database_dir: str = None
     table: str = None
     load_only: bool = False
+    append: bool = False
     overwrite: bool = False
     progress: bool = True
     max_error_rate: float = 0.01
@@ -90,7 +91,12 @@ def build_parser():
     parser.add_argument("--database_dir", default=None,
                         help="The embedded server's data folder (default: a per-user data folder).")
     parser.add_argument("--table", default=None,
-                        help="Table of the predictions (default: from --output_dir's name).")
+                        help="Table of the predictions: lower case letters, digits and '_', at most 63 bytes "
+                             "(default: derived from --output_dir's name).")
+    parser.add_argument("--append", action="store_true",
+                        help="Add this dataset to a table that holds another one (rows are keyed by dataset and "
+                             "key, so neither replaces the other). Without it such a load is refused. A table "
+                             "never mixes embeddings of two exports.")
     parser.add_argument("--load_only", action="store_true",
                         help="Load the Parquet output of an earlier run into --database; predict nothing.")
     parser.add_argument("--num_shards", type=int, default=0,
@@ -117,6 +123,15 @@ def parse_args(argv):
         parser.error("--batch_size and --top_k must be >= 1")
     if args.load_only and args.database == "none":
         parser.error("--load_only needs a --database")
+    from beam_pipeline import database  # Pure Python: the flags are still checked at once.
+
+    database.register_url(args.database)
+    if args.table is not None:
+        try:
+            database.check_table_name(args.table)
+        except database.TableNameError as error:
+            print(f"error: --table: {error}", file=sys.stderr)
+            sys.exit(2)
     local = job_options.absolute_if_local
     output_dir = local(args.output_dir)
     config = PredictConfig(
@@ -124,13 +139,12 @@ def parse_args(argv):
         input_dir=args.input_dir and local(args.input_dir), input_csv=args.input_csv and local(args.input_csv),
         batch_size=args.batch_size, top_k=args.top_k, embedding_dtype=args.embedding_dtype,
         large_model=args.large_model, database=args.database, database_dir=args.database_dir,
-        table=args.table, load_only=args.load_only, overwrite=args.overwrite, progress=args.progress,
+        table=args.table, load_only=args.load_only, append=args.append, overwrite=args.overwrite,
+        progress=args.progress,
         max_error_rate=args.max_error_rate, num_shards=args.num_shards, max_file_bytes=args.max_file_bytes,
         columns=csv_source.CsvColumns(path=args.path_column, label=args.label_column, split=args.split_column))
     if config.table is None:
-        from beam_pipeline.database import table_name
-
-        config = dataclasses.replace(config, table=table_name(os.path.basename(output_dir.rstrip("/"))))
+        config = dataclasses.replace(config, table=database.table_name(os.path.basename(output_dir.rstrip("/"))))
     return config, job_options.with_local_defaults(beam_args)
 
 
@@ -143,6 +157,7 @@ def run(argv=None):
 
     from beam_pipeline import database, output_dir, run_errors, runners
     from beam_pipeline.predict_launcher import PredictLauncher, RefusedError
+    from beam_pipeline.redact import redact
     from beam_pipeline.run_lock import LockHeld, OutputLock
     from tf_serving_input.layout import PredictionLayout
 
@@ -160,15 +175,17 @@ def run(argv=None):
             if lock.notice:
                 print(f"notice: {lock.notice}", flush=True)
             if config.load_only:
-                return launcher.load(step)
+                return launcher.load(step, run_log)
             finished = output_dir.prepare(layout, launcher.fingerprint(), config.overwrite)
             return launcher.run(finished, step, run_log)
     except (RefusedError, csv_source.CsvError, output_dir.OutputDirError, LockHeld) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(redact(f"error: {error}"), file=sys.stderr)
         return 2
     except database.DatabaseError as error:
-        print(f"error: {error}; the Parquet output is kept: load it later with the same command and "
-              "--load_only", file=sys.stderr)
+        run_log.write(error)
+        hint = "" if config.load_only else ("; the Parquet output is kept: load it later with the same command "
+                                            "and --load_only")
+        print(redact(f"error: {error}{hint}"), file=sys.stderr)
         return 1
     except Exception as error:  # noqa: BLE001 - the run itself failed: one line, the traceback in a log.
         print(run_errors.one_line(error, step.doing, run_log.write(error)), file=sys.stderr)

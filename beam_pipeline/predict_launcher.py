@@ -2,11 +2,13 @@
 
 import hashlib
 import json
+import os
 import sys
 import time
 
 from beam_pipeline import options as job_options
 from beam_pipeline import source as csv_source
+from tf_serving_input.failures import INPUT_SHARD_DAMAGED
 
 
 class RefusedError(RuntimeError):
@@ -118,6 +120,25 @@ class PredictLauncher:
             source = _digest_file(self.config.input_csv)
         return {"config": self.config.to_dict(), "model_sha256": model.hexdigest(), "input_sha256": source}
 
+    def dataset(self, fingerprint):
+        """What the database records of this run's input: {"id", "source", "model_sha256", "model_dir"}.
+
+        The id names the input's content: a job output by its shards' checksums (the same images
+        preprocessed the same way, wherever the folder is), a CSV by its content and its folder
+        (relative paths resolve against it, so the same text elsewhere is another dataset).
+        """
+        import posixpath
+
+        config = self.config
+        if self.job_manifest is not None:
+            content, source = f"job\0{fingerprint['input_sha256']}", config.input_dir
+        else:
+            folder = (posixpath.dirname(config.input_csv) if "://" in config.input_csv
+                      else os.path.dirname(os.path.abspath(config.input_csv)))
+            content, source = f"csv\0{fingerprint['input_sha256']}\0{folder}", config.input_csv
+        return {"id": hashlib.sha256(content.encode("utf-8")).hexdigest()[:16], "source": source,
+                "model_sha256": fingerprint["model_sha256"], "model_dir": config.model_dir}
+
     # ------------------------------------------------------------------ the run
     def _tasks(self):
         """(config for the pipeline, RecordShards or None, expected shard names, rows per split)."""
@@ -188,10 +209,20 @@ class PredictLauncher:
         manifest, failures = self._manifest(statuses, wall_seconds, runner)
         report.write_outputs(self.layout, manifest, failures)
         print(report.format_prediction_summary(manifest, self.layout), flush=True)
+        code = 0
         if config.database != "none":
             step.now(f"loading the predictions into {config.database}")
-            self._load(manifest)
-        return self._exit_code(manifest)
+            code = self._load(manifest, run_log)
+        damaged = sorted({f["source"]: f["detail"] for f in failures
+                          if f["reason"] == INPUT_SHARD_DAMAGED}.items())
+        if damaged:
+            print(f"error: {len(damaged)} input shard(s) failed verification and were not predicted "
+                  f"({sum(1 for f in failures if f['reason'] == INPUT_SHARD_DAMAGED)} rows, "
+                  f"listed in {self.layout.errors_file}): {damaged[0][1]}"
+                  f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''}; then run this command again",
+                  file=sys.stderr)
+            return 1
+        return code or self._exit_code(manifest)
 
     def _manifest(self, statuses, wall_seconds, runner):
         import datetime
@@ -204,6 +235,7 @@ class PredictLauncher:
             "rows": summary["rows"], "predicted": summary["written"], "failed": summary["failed"],
             "splits": summary["splits"], "failed_by_reason": summary["failed_by_reason"],
             "shards": summary["shards"],
+            "dataset": self.dataset(self.fingerprint()),
             "model": {"model_dir": config.model_dir, "signature": self.signature()[0],
                       "embedding_size": self.export.embedding_size, "embedding_dtype": config.embedding_dtype,
                       "embedding_layer": self.export.embedding_layer, "top_k": config.top_k,
@@ -236,44 +268,68 @@ class PredictLauncher:
             print(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded later with "
                   "--load_only", flush=True)
 
-    def load(self, step):
-        """--load_only: loads the Parquet output of an earlier run."""
+    def load(self, step, run_log):
+        """--load_only: loads the Parquet output of an earlier run; returns the exit code."""
         try:
             manifest = self.layout.load_manifest()
         except FileNotFoundError as error:
             raise RefusedError(f"{error} (--load_only loads the output of a finished predict run)") from None
+        if "dataset" not in manifest:
+            raise RefusedError(f"{self.layout.manifest_file} was written by an earlier version, which recorded no "
+                               "dataset id: run the predict command again (without --load_only) to rewrite it")
         step.now(f"loading the predictions into {self.config.database}")
-        self._load(manifest)
-        return 0
+        return self._load(manifest, run_log)
 
-    def _load(self, manifest):
-        """Upserts every Parquet shard, builds the index, records what was loaded in the manifest."""
+    def _load(self, manifest, run_log):
+        """Verifies and upserts every Parquet shard, builds the index, records what was loaded; returns the exit code."""
         import apache_beam as beam
         from apache_beam.options.pipeline_options import PipelineOptions
 
         from beam_pipeline import database, report, runners
-        from beam_pipeline.prediction_pipeline import build_load_pipeline
+        from beam_pipeline.prediction_pipeline import build_load_pipeline, load_tasks
+        from beam_pipeline.shard_file import read_status
 
         config = self.config
-        model = manifest["model"]
+        model, dataset = manifest["model"], manifest["dataset"]
+        tasks = load_tasks(self.layout, manifest)
         url, server = database.resolve(config.database, config.database_dir)
         try:
             target = database.describe(url)
-            database.prepare_table(url, config.table, model["embedding_size"], model["embedding_dtype"])
+            database.prepare_table(url, config.table, model["embedding_size"], model["embedding_dtype"], dataset,
+                                   append=config.append)
             started = time.time()
             options = PipelineOptions(runners.for_io_bound_work(self.beam_args))
-            with beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline:
-                build_load_pipeline(pipeline, [self.layout.path(shard["file"]) for shard in manifest["shards"]],
-                                    url, config.table)
+            with run_log.capture(), beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline:
+                build_load_pipeline(pipeline, config.output_dir, tasks, url, config.table, dataset["id"])
             seconds = time.time() - started
-            database.create_index(url, config.table, model["embedding_dtype"])
+            results = [read_status(self.layout.load_result_file(config.table, task.name)) or
+                       {"name": task.name, "loaded": 0, "failed": [], "problem": "the load left no result"}
+                       for task in tasks]
+            index = database.create_index(url, config.table, model["embedding_dtype"])
             in_table = database.count_rows(url, config.table)
+            of_dataset = database.count_rows(url, config.table, dataset["id"])
         finally:
             if server is not None:
-                server.stop_if_started_here()
-        manifest["database"] = {"target": target, "table": config.table, "loaded_rows": manifest["predicted"],
-                                "rows_in_table": in_table, "index": "hnsw (cosine)",
-                                "load_seconds": round(seconds, 3)}
+                server.release()
+        loaded = sum(result["loaded"] for result in results)
+        left_out = [record for result in results for record in result["failed"]]
+        problems = [(result["name"], result["problem"]) for result in results if result["problem"]]
+        report.write_jsonl(self.layout.load_errors_file, left_out)
+        manifest["database"] = {
+            "target": target, "table": config.table, "dataset": dataset["id"], "loaded_rows": loaded,
+            "left_out_rows": len(left_out), "shards_not_loaded": len(problems), "rows_of_dataset": of_dataset,
+            "rows_in_table": in_table, "index": index, "load_seconds": round(seconds, 3)}
         report.write_manifest(self.layout, manifest)
-        print(f"Loaded {manifest['predicted']} rows into table {config.table} at {target} in {seconds:.1f} s "
-              f"({in_table} rows in the table); HNSW cosine index built", flush=True)
+        print(f"Loaded {loaded} rows into table {config.table} at {target} in {seconds:.1f} s "
+              f"(dataset {dataset['id']}: {of_dataset} rows; {in_table} rows in the table); index: {index}",
+              flush=True)
+        if left_out:
+            print(f"warning: {len(left_out)} row(s) were left out of the table (text it cannot store), listed in "
+                  f"{self.layout.load_errors_file}", file=sys.stderr)
+        if problems:
+            name, problem = problems[0]
+            print(f"error: {len(problems)} of {len(tasks)} shard(s) were not loaded: {name}: {problem}"
+                  f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; a damaged shard is rewritten "
+                  "by the predict command without --load_only, then load again", file=sys.stderr)
+            return 1
+        return 0

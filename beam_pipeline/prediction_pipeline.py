@@ -13,6 +13,7 @@ writer fails the bundle, naming the shard, rather than write it incomplete.
 """
 
 import dataclasses
+import hashlib
 import os
 import time
 
@@ -23,12 +24,15 @@ from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 
 from beam_pipeline import source as csv_source
 from beam_pipeline.inference import EMPTY_SHARD, ExportModelHandler, RowRef
-from beam_pipeline.records import read_records
+from beam_pipeline.records import DamagedRecords, read_records
 from beam_pipeline.row_preprocessor import read_image_bytes
-from beam_pipeline.shard_file import ShardFileWriter, read_verified
+from beam_pipeline.shard_file import ShardFileWriter, read_status, read_verified, write_json
 from beam_pipeline.shard_writer import failure_record
 from tf_serving_input import failures, features
 from tf_serving_input.layout import PredictionLayout, shard_name
+
+# A prediction shard's status says so when its input shard failed verification: it is redone on resume.
+INPUT_DAMAGED = "input_damaged"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,19 +47,73 @@ class ModelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RecordShard:
-    """An input shard of the preprocessing job: its output name, split, file and record count."""
+    """An input shard of the preprocessing job: its output name, split, file, record count and checksum."""
 
     name: str
     split: str
     path: str
     rows: int
+    file: str = ""  # As the job's manifest names it (relative to the job's folder), for messages.
+    bytes: int = None
+    sha256: str = None
 
 
 def record_shards(job_layout, job_manifest):
     """The RecordShards of a job's output, from its manifest."""
     return [RecordShard(name=os.path.basename(shard["file"]).rsplit(".", 1)[0], split=shard["split"],
-                        path=job_layout.path(shard["file"]), rows=shard["records"])
+                        path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
+                        bytes=shard.get("bytes"), sha256=shard.get("sha256"))
             for shard in job_manifest["shards"]]
+
+
+class _HashingReader:
+    """A file object's reads, counted and hashed on the way."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def read(self, size):
+        data = self._stream.read(size)
+        self.sha256.update(data)
+        self.bytes += len(data)
+        return data
+
+
+def damaged_shard(shard):
+    """Why a job's shard cannot be trusted (a RowFailure for each of its rows), or None when it verifies.
+
+    One streaming pass: the file's size and SHA-256 against the job's manifest, and every
+    record's framing CRCs, so that a changed byte (a key, a pixel, a length) is never predicted.
+    """
+    where = f"job shard {shard.file or shard.path}"
+    try:
+        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            reader = _HashingReader(f)
+            count = 0
+            try:
+                for _ in read_records(reader):
+                    count += 1
+                problem = None
+            except DamagedRecords as error:
+                problem = f"{where} is {error}"
+            while reader.read(1 << 20):
+                pass  # The rest of the file still counts for its size and checksum.
+    except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
+        return failures.RowFailure(failures.INPUT_SHARD_DAMAGED, f"{where} cannot be read: {error}")
+    if shard.bytes is not None and reader.bytes < shard.bytes:
+        problem = f"{where} is truncated: {reader.bytes} of the {shard.bytes} bytes the job's manifest records"
+    elif shard.bytes is not None and reader.bytes != shard.bytes:
+        problem = f"{where} has {reader.bytes} bytes, not the {shard.bytes} the job's manifest records"
+    elif shard.sha256 is not None and reader.sha256.hexdigest() != shard.sha256:
+        problem = f"{where} does not match the SHA-256 in the job's manifest (a changed byte)"
+    elif problem is None and count != shard.rows:
+        problem = f"{where} holds {count} records, not the {shard.rows} the job's manifest records"
+    if problem is None:
+        return None
+    return failures.RowFailure(failures.INPUT_SHARD_DAMAGED,
+                               f"{problem}; rerun the preprocessing job (the same command) to rewrite it")
 
 
 def _batches(items, batch_size):
@@ -78,10 +136,18 @@ class ReadRecordBatches(beam.DoFn):
     def process(self, shard):
         import tensorflow as tf
 
-        if read_verified(self._layout, shard.name, shard.rows):
+        finished = read_verified(self._layout, shard.name, shard.rows)
+        if finished and not finished[0].get(INPUT_DAMAGED):
             return  # An earlier run finished it.
         if shard.rows == 0:
             yield from _empty_shard_batch(shard.name, shard.split)
+            return
+        damage = damaged_shard(shard)
+        if damage is not None:  # Not predicted: each of its rows is reported as failed, with why.
+            refs = [RowRef(shard=shard.name, index=index, total=shard.rows, source=shard.file or shard.path,
+                           split=shard.split) for index in range(shard.rows)]
+            for batch in _batches(refs, self._batch_size):
+                yield [(ref, damage) for ref in batch]
             return
         items = []
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
@@ -159,8 +225,9 @@ class WritePredictionShards(beam.DoFn):
         if self._pending:
             incomplete = ", ".join(f"{name} ({len(rows)} of {rows[0][0].total} rows)"
                                    for name, rows in sorted(self._pending.items()))
-            raise RuntimeError(f"the runner split a shard's predictions over bundles: {incomplete}; "
-                               "nothing was written for them")
+            raise RuntimeError(f"a shard's predictions ended incomplete: {incomplete}; nothing was written for "
+                               "them (the runner split the shard over bundles, or its input changed while it was "
+                               "read): run the same command again")
 
     def _write(self, name, split, rows):
         from beam_pipeline import prediction_shards
@@ -170,9 +237,10 @@ class WritePredictionShards(beam.DoFn):
         failed = [failure_record(ref, outcome) for ref, outcome in rows if isinstance(outcome, failures.RowFailure)]
         table = prediction_shards.build_table([ref for ref, _ in written], [outcome for _, outcome in written],
                                               self._vocabulary, self._embedding_size, self._embedding_dtype)
+        damaged = any(record["reason"] == failures.INPUT_SHARD_DAMAGED for record in failed)
         with ShardFileWriter(self._layout, name) as shard:
             shard.write(prediction_shards.to_parquet_bytes(table), records=len(written))
-            return shard.publish({"split": split, "rows": len(rows), "failed": failed,
+            return shard.publish({"split": split, "rows": len(rows), "failed": failed, INPUT_DAMAGED: damaged,
                                   "started": round(started, 3), "seconds": round(time.time() - started, 3),
                                   "worker_pid": os.getpid()})
 
@@ -204,36 +272,88 @@ def build_predict_pipeline(pipeline, config, model, shards):
             # shard status dict
 
 
-class LoadShard(beam.DoFn):
-    """A Parquet shard's path -> its rows upserted into the table (one connection per worker process)."""
+@dataclasses.dataclass(frozen=True)
+class LoadTask:
+    """One Parquet shard to load: its stem, path and the size and SHA-256 its status recorded."""
 
-    def __init__(self, url, table):
+    name: str
+    path: str
+    bytes: int
+    sha256: str
+
+
+def load_tasks(layout, manifest):
+    """The LoadTasks of a finished predict run, from its manifest."""
+    return [LoadTask(name=os.path.basename(shard["file"]).rsplit(".", 1)[0], path=layout.path(shard["file"]),
+                     bytes=shard["bytes"], sha256=shard["sha256"]) for shard in manifest["shards"]]
+
+
+class LoadShard(beam.DoFn):
+    """A LoadTask -> its verified rows upserted into the table, and a result file saying what happened.
+
+    Never raises for a shard: a file that fails its checksum is not loaded, a row the database
+    cannot store is left out, a database error is recorded; each is reported in the shard's result
+    (`layout.load_result_file`), which the launcher reads. One connection per worker process.
+    """
+
+    def __init__(self, output_dir, url, table, dataset_id):
+        self._layout = PredictionLayout(output_dir)
         self._url = url
         self._table = table
+        self._dataset_id = dataset_id
         self._connection = None
+        self._connect_error = None
 
     def setup(self):
         from beam_pipeline import database
 
-        self._connection = database.connect(self._url)
+        try:
+            self._connection = database.connect(self._url)
+        except database.DatabaseError as error:
+            self._connect_error = str(error)
 
-    def process(self, path):
+    def process(self, task):
+        result = {"name": task.name, "loaded": 0, "failed": [], "problem": None}
+        try:
+            result.update(self._load(task))
+        except Exception as error:  # noqa: BLE001 - reported as the shard's problem, in one line.
+            from beam_pipeline.redact import redact
+
+            result["problem"] = redact(f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
+                                       if str(error).strip() else type(error).__name__)
+        write_json(self._layout.load_result_file(self._table, task.name), result)
+        yield result
+
+    def _load(self, task):
         from beam_pipeline import database, prediction_shards
 
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            table = prediction_shards.read_table(f.read())
-        yield path, database.upsert_table(self._connection, self._table, table)
+        if self._connect_error:
+            return {"problem": self._connect_error}
+        status = read_status(self._layout.status_file(task.name)) or {}
+        with FileSystems.open(task.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            data = f.read()
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) < task.bytes:
+            return {"problem": f"{task.path} is truncated: {len(data)} of {task.bytes} bytes"}
+        if digest != task.sha256 or status.get("sha256") != task.sha256 or len(data) != task.bytes:
+            return {"problem": f"{task.path} does not match the SHA-256 its status file records (a changed byte)"}
+        table = prediction_shards.read_table(data)
+        loaded, left_out = database.upsert_table(self._connection, self._table, self._dataset_id, table)
+        keys, sources, splits = (table.column(name).to_pylist() for name in ("key", "source", "split"))
+        failed = [{"source": sources[index], "key": keys[index], "line": 0, "split": splits[index],
+                   "reason": failures.UNSTORABLE_TEXT, "detail": detail} for index, detail in sorted(left_out.items())]
+        return {"loaded": loaded, "failed": failed}
 
     def teardown(self):
         if self._connection is not None:
             self._connection.close()
 
 
-def build_load_pipeline(pipeline, paths, url, table):
-    """Adds the database load: every Parquet shard upserted into `table`, shards spread over the workers."""
+def build_load_pipeline(pipeline, output_dir, tasks, url, table, dataset_id):
+    """Adds the database load: every Parquet shard verified and upserted into `table`, spread over the workers."""
     return (pipeline
-            | "ShardPaths" >> beam.Create(paths)
+            | "ShardTasks" >> beam.Create(tasks)
             | "SpreadShards" >> beam.Reshuffle()
-            # Parquet shard path
-            | "Upsert" >> beam.ParDo(LoadShard(url, table)))
-            # (path, rows upserted)
+            # LoadTask
+            | "Upsert" >> beam.ParDo(LoadShard(output_dir, url, table, dataset_id)))
+            # load result dict (also written to the shard's result file)

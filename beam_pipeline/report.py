@@ -99,10 +99,15 @@ def build_manifest(job, statuses, statistics, wall_seconds, runner):
 
 def write_outputs(layout, manifest, failures):
     """Writes errors.jsonl, then manifest.json (last, so its presence means the run finished)."""
-    with FileSystems.create(layout.errors_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        for failure in failures:
-            f.write((json.dumps(failure, ensure_ascii=False) + "\n").encode("utf-8"))
+    write_jsonl(layout.errors_file, failures)
     write_manifest(layout, manifest)
+
+
+def write_jsonl(path, records):
+    """Writes one JSON object per line (UTF-8, unescaped text)."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for record in records:
+            f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
 def write_manifest(layout, manifest):

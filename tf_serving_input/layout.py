@@ -181,10 +181,22 @@ class PredictionLayout(RunFolder):
 
     DATA_DIR = "predictions"
     SHARD_SUFFIX = ".parquet"
+    LOADS_DIR = "loads"  # loads/TABLE/NAME.json: what loading a shard into TABLE did.
+    LOAD_ERRORS_FILE = "load_errors.jsonl"
+
+    def load_result_file(self, table, name):
+        """What loading shard `name` into `table` did (rows loaded, rows left out, a problem)."""
+        return self.path(self.LOADS_DIR, table, name + ".json")
+
+    @property
+    def load_errors_file(self):
+        """The rows the last load left out of the database, with their reasons (JSON lines)."""
+        return self.path(self.LOAD_ERRORS_FILE)
 
     @classmethod
     def entries(cls):
-        return (cls.DATA_DIR, cls.STATUS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE)
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.LOADS_DIR,
+                cls.LOAD_ERRORS_FILE)
 
     @classmethod
     def kept_on_resume(cls):

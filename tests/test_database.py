@@ -1,0 +1,121 @@
+"""The predictions table on a real PostgreSQL: names, what a table holds, concurrent creation, the index."""
+
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import postgres_servers
+from beam_pipeline import database, prediction_shards
+from beam_pipeline.inference import Prediction, RowRef
+
+DATASET = {"id": "d1", "source": "/jobs/a", "model_sha256": "m" * 64, "model_dir": "/exports/one"}
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    with postgres_servers.embedded(str(tmp_path_factory.mktemp("pg_database"))) as url:
+        yield url
+
+
+def predictions(count, label="cat", size=4):
+    rng = np.random.default_rng(count)
+    refs = [RowRef(shard="s", index=i, total=count, key=f"{i:016x}", source=f"img/{i}.jpg", path=f"/d/img/{i}.jpg",
+                   split="train", label=label) for i in range(count)]
+    outcomes = [Prediction(np.array([0, 1]), np.array([0.7, 0.3], np.float32),
+                           (lambda v: v / np.linalg.norm(v))(rng.normal(size=size).astype(np.float32)))
+                for _ in range(count)]
+    return prediction_shards.build_table(refs, outcomes, ["cat", "dog"], size, "float32")
+
+
+def test_names_follow_one_rule_and_index_names_never_collide():
+    for bad in ("Hostile", "t" * 64, "1abc", "a-b", "", "x_embedding_hnsw", database.DATASETS_TABLE, "é"):
+        with pytest.raises(database.TableNameError):
+            database.check_table_name(bad)
+    assert database.check_table_name("t" * 63) == "t" * 63
+    long_names = [database.table_name("Run " + "x" * 80 + suffix) for suffix in ("1", "2")]
+    assert long_names[0] != long_names[1] and all(len(name) <= 63 for name in long_names)
+    assert database.table_name("2024 Run") == "t_2024_run" and database.table_name("x_embedding_hnsw") != \
+        "x_embedding_hnsw"
+    for table in ("t" * 63, "t" * 48, "short"):
+        index = database.index_name(table)
+        assert index != table and len(index) <= 63 and index.endswith(database.INDEX_SUFFIX)
+        with pytest.raises(database.TableNameError):
+            database.check_table_name(index)
+
+
+def test_a_63_byte_table_gets_its_hnsw_index(pg):
+    table = "n" * 63
+    database.prepare_table(pg, table, 4, "float32", DATASET)
+    with database.connect(pg) as connection:
+        assert database.upsert_table(connection, table, DATASET["id"], predictions(50)) == (50, {})
+        connection.commit()
+    definition = database.create_index(pg, table, "float32")
+    assert "USING hnsw" in definition and database.index_name(table) in definition
+
+
+def test_a_table_refuses_another_dataset_unless_appended_and_always_another_export(pg):
+    database.prepare_table(pg, "holds", 4, "float32", DATASET)
+    database.prepare_table(pg, "holds", 4, "float32", DATASET)  # The same dataset again: a rerun.
+    other = dict(DATASET, id="d2", source="/jobs/b")
+    with pytest.raises(database.DatabaseError, match=r"holds the dataset d1 from /jobs/a, not d2 from /jobs/b"):
+        database.prepare_table(pg, "holds", 4, "float32", other)
+    database.prepare_table(pg, "holds", 4, "float32", other, append=True)
+    with pytest.raises(database.DatabaseError, match="/exports/one .* not of /exports/two"):
+        database.prepare_table(pg, "holds", 4, "float32", dict(DATASET, model_sha256="n" * 64,
+                                                                 model_dir="/exports/two"), append=True)
+    with pytest.raises(database.DatabaseError, match="vector\\(4\\), not vector\\(8\\)"):
+        database.prepare_table(pg, "holds", 8, "float32", DATASET)
+    with database.connect(pg) as connection:
+        assert database.datasets_in(connection, "holds") == [("d1", "/jobs/a"), ("d2", "/jobs/b")]
+        for dataset in ("d1", "d2"):
+            database.upsert_table(connection, "holds", dataset, predictions(5))
+        connection.commit()
+    assert database.count_rows(pg, "holds") == 10 and database.count_rows(pg, "holds", "d1") == 5
+
+
+def test_concurrent_first_loads_into_a_new_table_all_succeed(pg):
+    errors, barrier = [], threading.Barrier(4)
+
+    def load(index):
+        try:
+            barrier.wait()
+            dataset = dict(DATASET, id=f"c{index}")
+            database.prepare_table(pg, "raced", 4, "float32", dataset, append=True)
+            with database.connect(pg) as connection:
+                database.upsert_table(connection, "raced", dataset["id"], predictions(20))
+                connection.commit()
+            database.create_index(pg, "raced", "float32")
+        except Exception as error:  # noqa: BLE001 - collected for the assertion.
+            errors.append(error)
+
+    threads = [threading.Thread(target=load, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and database.count_rows(pg, "raced") == 80
+
+
+def test_rows_with_text_postgres_cannot_store_are_left_out_alone(pg):
+    table = predictions(4)
+    labels = table.column("label").to_pylist()
+    labels[2] = "c\x00t"
+    table = table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels, pa.string()))
+    database.prepare_table(pg, "nul_rows", 4, "float32", DATASET)
+    with database.connect(pg) as connection:
+        loaded, left_out = database.upsert_table(connection, "nul_rows", DATASET["id"], table)
+        connection.commit()
+    assert loaded == 3 and list(left_out) == [2] and "NUL" in left_out[2]
+    assert database.count_rows(pg, "nul_rows") == 3
+
+
+def test_nearest_checks_k_and_the_table(pg):
+    with database.connect(pg) as connection:
+        for k in (0, -1, database.MAX_K + 1):
+            with pytest.raises(ValueError, match="k must be between"):
+                database.nearest(connection, "holds", np.array([1, 0, 0, 0], np.float32), k)
+        with pytest.raises(database.DatabaseError, match="no table missing"):
+            database.nearest(connection, "missing", np.array([1, 0, 0, 0], np.float32), 3)
+        assert len(database.nearest(connection, "holds", np.array([1, 0, 0, 0], np.float32), 3, dataset_id="d2")) == 3
