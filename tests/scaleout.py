@@ -48,6 +48,18 @@ def job_command(csv_path, out, *extra):
             "--image_size", "16", "--max_error_rate", "0.2", "--no_progress", *extra]
 
 
+def run_module(module, *args, timeout=600):
+    """Runs `python -m module args...` in a subprocess (text output, TensorFlow's C++ logs quiet)."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def predict(*args, **kwargs):
+    """Runs the predict job's command line."""
+    return run_module("beam_pipeline.predict", *args, **kwargs)
+
+
 def run_job(csv_path, out, *extra, env=None, cwd=None, python=None, timeout=600):
     """Runs the job in a subprocess; returns the CompletedProcess (text output)."""
     command = job_command(csv_path, out, *extra)

@@ -19,6 +19,7 @@ import pytest
 
 import outputs
 import postgres_servers
+import scaleout
 from conftest import SAMPLE_DIR
 from beam_pipeline import database, main
 from beam_pipeline.embedded_server import EmbeddedServer
@@ -28,14 +29,8 @@ pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.
 SIZE = 32
 
 
-def run(module, *args, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-
-
-def predict(*args, **kwargs):
-    return run("beam_pipeline.predict", *args, **kwargs)
+run = scaleout.run_module
+predict = scaleout.predict
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import pytest
 import imaging
 import outputs
 import postgres_servers
+import scaleout
 from beam_pipeline import database, main
 from beam_pipeline.embedded_server import EmbeddedServer
 from tf_serving_input import export_serving_model
@@ -31,14 +32,8 @@ SIZE = 16
 ROWS = 10  # Per dataset, all readable.
 
 
-def run(module, *args, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=timeout)
-
-
-def predict(*args, **kwargs):
-    return run("beam_pipeline.predict", *args, **kwargs)
+run = scaleout.run_module
+predict = scaleout.predict
 
 
 def make_dataset(folder, seed):
