@@ -124,7 +124,7 @@ def _run_locked(job, beam_args, pipeline_options, layout, csv_summary, finished_
           f"writing {len(names)} shards to {job.output_dir}", flush=True)
     if finished_earlier:
         print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
-              "configuration are verified and kept", flush=True)
+              "configuration are checked: kept when they verify, rewritten otherwise", flush=True)
 
     runner = pipeline_options.view_as(StandardOptions).runner
     monitor = None

@@ -27,16 +27,18 @@ def library_versions():
 
 def read_shard_statuses(layout, shard_names):
     """Loads the status file of every expected shard; raises RuntimeError naming missing ones."""
+    from beam_pipeline.shard_file import read_status
+
     statuses, missing = [], []
     for name in shard_names:
-        try:
-            with FileSystems.open(layout.status_file(name), compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                statuses.append(json.loads(f.read()))
-        except Exception:
+        status = read_status(layout.status_file(name))
+        if status is None:
             missing.append(name)
+        else:
+            statuses.append(status)
     if missing:
-        raise RuntimeError(f"{len(missing)} shard(s) never completed: {', '.join(missing[:5])}"
-                           f"{' ...' if len(missing) > 5 else ''}")
+        raise RuntimeError(f"{len(missing)} shard(s) never completed (no status file, or one that fails its "
+                           f"checksum): {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
     return statuses
 
 

@@ -14,8 +14,8 @@ does. Attempts write byte-identical shards, so whichever lands last is right;
 an attempt that finds the shard already published with its own checksum (the
 file's content checked, not just its size) keeps that one and discards its copy.
 The status file (records, checksum) is published the same way, after the
-data: a shard counts as done only once its status exists and its file matches
-it (`read_verified`).
+data, with a checksum of its own content (`seal`): a shard counts as done only
+once its status exists, verifies, and its file matches it (`read_verified`).
 """
 
 import hashlib
@@ -29,6 +29,7 @@ from beam_pipeline.records import frame_record
 from tf_serving_input.layout import temp_path
 
 _RAW = CompressionTypes.UNCOMPRESSED
+STATUS_CHECKSUM = "status_sha256"  # A status file's checksum of its own content (see `seal`).
 
 
 def new_attempt_id():
@@ -87,6 +88,7 @@ class ShardFileWriter:
                 and _size(self.data_path) == status["bytes"] and _sha256(self.data_path) == status["sha256"]):
             _delete_quietly(self._temp_path)  # Another attempt published this very shard: keep it.
             return published
+        status = seal(status)
         FileSystems.rename([self._temp_path], [self.data_path])
         write_json(self.status_path, status)
         return status
@@ -100,13 +102,35 @@ def write_json(path, value):
     FileSystems.rename([temp], [path])
 
 
-def read_status(status_path):
-    """A published status dict, or None when there is none (or it cannot be read)."""
+def seal(status):
+    """`status` with a checksum of its own content, so that a changed number in it is caught like a changed byte.
+
+    A resumed run reuses what a status says (row counts, failures, the pixel moments the
+    statistics are summed from): the data file's checksum alone cannot vouch for those.
+    """
+    return dict(status, **{STATUS_CHECKSUM: _status_digest(status)})
+
+
+def _status_digest(status):
+    content = {key: value for key, value in status.items() if key != STATUS_CHECKSUM}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def read_json(path):
+    """A JSON file's value, or None when there is none (or it cannot be read)."""
     try:
-        with FileSystems.open(status_path, compression_type=_RAW) as f:
+        with FileSystems.open(path, compression_type=_RAW) as f:
             return json.loads(f.read())
-    except Exception:  # noqa: BLE001 - absent or unreadable: not published.
+    except Exception:  # noqa: BLE001 - absent or unreadable.
         return None
+
+
+def read_status(status_path):
+    """A published status dict whose own checksum holds, or None (absent, unreadable or changed)."""
+    status = read_json(status_path)
+    if not isinstance(status, dict) or status.get(STATUS_CHECKSUM) != _status_digest(status):
+        return None
+    return status
 
 
 def read_verified(layout, name, rows):

@@ -83,3 +83,29 @@ def test_a_damaged_shard_is_rewritten(tmp_path, damage):
         path.unlink()
     second = run_writer(out, rows, PreprocessConfig(image_size=8))
     assert path.read_bytes() == data and second["sha256"] == first["sha256"]
+
+
+@pytest.mark.parametrize("damage", ["flip", "moments", "rows"])
+def test_a_changed_byte_or_number_is_caught_on_resume(tmp_path, damage):
+    """A same-size byte flip in the shard, or an edited number in its status, is never reused."""
+    rows = make_rows(tmp_path, 3)
+    out = tmp_path / "out"
+    first = run_writer(out, rows, PreprocessConfig(image_size=8))
+    path, status_path = out / "data" / "train-00000-of-00001.tfrecord", out / "shards" / "train-00000-of-00001.json"
+    data = path.read_bytes()
+    if damage == "flip":  # Size unchanged: only the checksum tells.
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(flipped))
+    else:
+        text = status_path.read_text()
+        status = json.loads(text)
+        if damage == "moments":  # The statistics are summed from these on resume.
+            status["pixel_moments"][0] += 80000
+        else:
+            status["rows"] = 2
+        status_path.write_text(json.dumps(status))
+    second = run_writer(out, rows, PreprocessConfig(image_size=8))
+    assert path.read_bytes() == data
+    assert second["pixel_moments"] == first["pixel_moments"] and second["rows"] == first["rows"]
+    assert json.loads(status_path.read_text())["pixel_moments"] == first["pixel_moments"]
