@@ -55,6 +55,10 @@ class DatabaseError(RuntimeError):
     """The database cannot be used as asked; the message names the target (never a password)."""
 
 
+class TableRefused(DatabaseError):
+    """The table cannot take these predictions (another dataset, another export, another type)."""
+
+
 class TableNameError(ValueError):
     """A table name that breaks the naming rule; the message says which rule."""
 
@@ -154,7 +158,7 @@ def vector_type(embedding_size, embedding_dtype):
 def prepare_table(url, table, embedding_size, embedding_dtype, dataset, append=False):
     """Creates the extension and the table if needed and records `dataset` in it; refuses what does not fit.
 
-    `dataset`: {"id", "source", "model_sha256", "model_dir"}. Refused (DatabaseError, one line naming
+    `dataset`: {"id", "source", "model_sha256", "model_dir"}. Refused (TableRefused, one line naming
     both): a table of another embedding type, one holding another export's embeddings, or, unless
     `append`, another dataset.
     """
@@ -183,46 +187,59 @@ def prepare_table(url, table, embedding_size, embedding_dtype, dataset, append=F
         register_vector(connection)
         with connection.transaction():
             _lock_table(connection, table)
-            found = embedding_type(connection, table)
-            holds = connection.execute(
-                sql.SQL("SELECT dataset, source, model_sha256, model_dir FROM {} WHERE table_name = %s ORDER BY loaded")
-                .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
-            where = f"table {table} in {describe(url)}"
-            if found is None:
+            if not _check_table(connection, url, table, wanted, dataset, append):
                 columns = [sql.SQL("{} {} NOT NULL").format(sql.Identifier(name), sql.SQL(kind))
                            for name, kind in zip(_COLUMNS, (*_COLUMN_TYPES, wanted))]
                 connection.execute(sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY (dataset, key))").format(
                     sql.Identifier(table), sql.SQL(", ").join(columns)))
                 connection.execute(sql.SQL("DELETE FROM {} WHERE table_name = %s").format(
                     sql.Identifier(DATASETS_TABLE)), (table,))  # Left by a table dropped by hand.
-                holds = []
-            elif found != wanted:
-                raise DatabaseError(f"{where} holds embeddings of type {found}, not {wanted}: choose another "
-                                    "--table, or drop that one")
-            elif not holds:
-                raise DatabaseError(f"{where} was not made by this version of the predict job (it records no "
-                                    "datasets): choose another --table, or drop that one")
-            _check_fits(where, holds, dataset, append)
             connection.execute(sql.SQL(
                 "INSERT INTO {} (table_name, dataset, source, model_sha256, model_dir) VALUES (%s, %s, %s, %s, %s) "
                 "ON CONFLICT (table_name, dataset) DO NOTHING").format(sql.Identifier(DATASETS_TABLE)),
                 (table, dataset["id"], dataset["source"], dataset["model_sha256"], dataset["model_dir"]))
 
 
-def _check_fits(where, holds, dataset, append):
+def check_table_accepts(url, table, embedding_size, embedding_dtype, dataset, append=False):
+    """Raises TableRefused when `table` exists and cannot take `dataset` (the check prepare_table makes); writes nothing.
+
+    The predict job asks before predicting, so that a refusal costs no work.
+    """
+    with connect(url) as connection:
+        _check_table(connection, url, table, vector_type(embedding_size, embedding_dtype), dataset, append)
+        connection.rollback()
+
+
+def _check_table(connection, url, table, wanted, dataset, append):
+    """Whether `table` exists; TableRefused (one line naming both sides) when it cannot take `dataset`."""
+    from psycopg import sql
+
+    found = embedding_type(connection, table)
+    if found is None:
+        return False
+    where = f"table {table} in {describe(url)}"
+    if found != wanted:
+        raise TableRefused(f"{where} holds embeddings of type {found}, not {wanted}: choose another --table, or "
+                           "drop that one")
+    holds = []
+    if connection.execute("SELECT to_regclass(%s) IS NOT NULL", (DATASETS_TABLE,)).fetchone()[0]:
+        holds = connection.execute(
+            sql.SQL("SELECT dataset, source, model_sha256, model_dir FROM {} WHERE table_name = %s ORDER BY loaded")
+            .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
     if not holds:
-        return
+        raise TableRefused(f"{where} was not made by this version of the predict job (it records no datasets): "
+                           "choose another --table, or drop that one")
     first_id, first_source, model_sha256, model_dir = holds[0]
     if model_sha256 != dataset["model_sha256"]:
-        raise DatabaseError(f"{where} holds embeddings of the export {model_dir} (SHA-256 {model_sha256[:12]}), "
-                            f"not of {dataset['model_dir']} (SHA-256 {dataset['model_sha256'][:12]}); embeddings "
-                            "of two models cannot be searched together: choose another --table, or drop that one")
+        raise TableRefused(f"{where} holds embeddings of the export {model_dir} (SHA-256 {model_sha256[:12]}), "
+                           f"not of {dataset['model_dir']} (SHA-256 {dataset['model_sha256'][:12]}); embeddings "
+                           "of two models cannot be searched together: choose another --table, or drop that one")
     if dataset["id"] in {row[0] for row in holds} or append:
-        return
+        return True
     others = f" and {len(holds) - 1} more" if len(holds) > 1 else ""
-    raise DatabaseError(f"{where} holds the dataset {first_id} from {first_source}{others}, not {dataset['id']} "
-                        f"from {dataset['source']}: pass --append to add it beside them (rows of two datasets "
-                        "never replace each other), or choose another --table")
+    raise TableRefused(f"{where} holds the dataset {first_id} from {first_source}{others}, not {dataset['id']} "
+                       f"from {dataset['source']}: pass --append to add it beside them (rows of two datasets "
+                       "never replace each other), or choose another --table")
 
 
 def datasets_in(connection, table):

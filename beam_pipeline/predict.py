@@ -170,6 +170,8 @@ def run(argv=None):
     run_log = run_errors.RunLog(layout.log_dir)
     try:
         launcher.check_inputs()
+        step.now(f"checking the table {config.table} in {database.describe(config.database)}")
+        launcher.check_database()
         step.now(f"preparing the output folder {config.output_dir}")
         with OutputLock(layout.lock_file) as lock:
             if lock.notice:

@@ -177,10 +177,8 @@ class PredictLauncher:
               f"({self.signature()[0]}, batch {config.batch_size}); writing {len(names)} shards "
               f"to {config.output_dir}", flush=True)
         if finished_earlier:
-            print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run are verified and kept",
-                  flush=True)
-        if config.database != "none":
-            self._warn_if_database_unreachable()
+            print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run are checked: kept when "
+                  "they verify, rewritten otherwise", flush=True)
 
         runner = self.pipeline_options.view_as(StandardOptions).runner
         monitor = None
@@ -257,16 +255,33 @@ class PredictLauncher:
         return 0
 
     # ------------------------------------------------------------------ the database
-    def _warn_if_database_unreachable(self):
+    def check_database(self):
+        """Before any work: a table that would refuse these predictions refuses them now (RefusedError).
+
+        A database that cannot be reached is only a warning: the Parquet output is kept either way.
+        """
         from beam_pipeline import database
 
-        if self.config.database == "embedded":
-            return  # Started by this job when the predictions are written.
+        config = self.config
+        if config.database == database.NONE or config.load_only:
+            return
         try:
-            database.connect(self.config.database).close()
+            url, server = database.resolve(config.database, config.database_dir)
         except database.DatabaseError as error:
             print(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded later with "
                   "--load_only", flush=True)
+            return
+        try:
+            database.check_table_accepts(url, config.table, self.export.embedding_size, config.embedding_dtype,
+                                         self.dataset(self.fingerprint()), append=config.append)
+        except database.TableRefused as error:
+            raise RefusedError(str(error)) from None
+        except database.DatabaseError as error:
+            print(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded later with "
+                  "--load_only", flush=True)
+        finally:
+            if server is not None:
+                server.release()
 
     def load(self, step, run_log):
         """--load_only: loads the Parquet output of an earlier run; returns the exit code."""
@@ -287,7 +302,7 @@ class PredictLauncher:
 
         from beam_pipeline import database, report, runners
         from beam_pipeline.prediction_pipeline import build_load_pipeline, load_tasks
-        from beam_pipeline.shard_file import read_status
+        from beam_pipeline.shard_file import read_json
 
         config = self.config
         model, dataset = manifest["model"], manifest["dataset"]
@@ -302,7 +317,7 @@ class PredictLauncher:
             with run_log.capture(), beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline:
                 build_load_pipeline(pipeline, config.output_dir, tasks, url, config.table, dataset["id"])
             seconds = time.time() - started
-            results = [read_status(self.layout.load_result_file(config.table, task.name)) or
+            results = [read_json(self.layout.load_result_file(config.table, task.name)) or
                        {"name": task.name, "loaded": 0, "failed": [], "problem": "the load left no result"}
                        for task in tasks]
             index = database.create_index(url, config.table, model["embedding_dtype"])

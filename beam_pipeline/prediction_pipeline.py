@@ -329,13 +329,15 @@ class LoadShard(beam.DoFn):
 
         if self._connect_error:
             return {"problem": self._connect_error}
-        status = read_status(self._layout.status_file(task.name)) or {}
+        status = read_status(self._layout.status_file(task.name))
+        if status is None or status.get("sha256") != task.sha256:
+            return {"problem": f"its status file {self._layout.status_file(task.name)} is missing, fails its "
+                               "checksum or disagrees with the manifest"}
         with FileSystems.open(task.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             data = f.read()
-        digest = hashlib.sha256(data).hexdigest()
         if len(data) < task.bytes:
             return {"problem": f"{task.path} is truncated: {len(data)} of {task.bytes} bytes"}
-        if digest != task.sha256 or status.get("sha256") != task.sha256 or len(data) != task.bytes:
+        if len(data) != task.bytes or hashlib.sha256(data).hexdigest() != task.sha256:
             return {"problem": f"{task.path} does not match the SHA-256 its status file records (a changed byte)"}
         table = prediction_shards.read_table(data)
         loaded, left_out = database.upsert_table(self._connection, self._table, self._dataset_id, table)

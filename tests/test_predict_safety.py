@@ -114,28 +114,41 @@ def test_two_datasets_with_the_same_paths_never_replace_each_other(world, pg, tm
     before = rows_of(pg, "shared")
     assert len(before) == ROWS
 
-    # Same keys (img/0.jpg ... in both CSVs), another dataset: refused, naming both, nothing replaced.
+    # Same keys (img/0.jpg ... in both CSVs), another dataset: refused before any work, naming both.
     second = predict("--model_dir", exports["main"], "--input_dir", jobs["b"], "--output_dir", tmp_path / "pb",
                      "--database", pg, "--table", "shared")
-    assert second.returncode == 1
-    line = one_line(second.stderr)
-    dataset_a, dataset_b = manifest_a["dataset"]["id"], outputs.manifest(tmp_path / "pb")["dataset"]["id"]
-    assert dataset_a != dataset_b and dataset_a in line and dataset_b in line and "--append" in line
-    assert str(jobs["a"]) in line and str(jobs["b"]) in line
+    assert second.returncode == 2 and not (tmp_path / "pb" / "manifest.json").exists()
+    refusal = one_line(second.stderr)
+    dataset_a = manifest_a["dataset"]["id"]
+    assert dataset_a in refusal and "--append" in refusal
+    assert str(jobs["a"]) in refusal and str(jobs["b"]) in refusal
     assert rows_of(pg, "shared") == before
 
-    appended = predict("--model_dir", exports["main"], "--output_dir", tmp_path / "pb", "--load_only",
+    appended = predict("--model_dir", exports["main"], "--input_dir", jobs["b"], "--output_dir", tmp_path / "pb",
                        "--database", pg, "--table", "shared", "--append")
     assert appended.returncode == 0, appended.stderr[-3000:]
+    dataset_b = outputs.manifest(tmp_path / "pb")["dataset"]["id"]
+    assert dataset_b != dataset_a and dataset_b in refusal
     assert len(rows_of(pg, "shared")) == 2 * ROWS
     assert rows_of(pg, "shared", dataset_a) == before  # Rows of the first dataset are untouched.
     keys = {row[1] for row in rows_of(pg, "shared")}
     assert len(keys) == ROWS  # The same keys twice, under two datasets.
 
+    # A load of another dataset that gets past the early check (here: --load_only) is refused at the load.
+    assert predict("--model_dir", exports["main"], "--input_dir", jobs["b"], "--output_dir", tmp_path / "pc",
+                   "--database", "none").returncode == 0
+    late = predict("--model_dir", exports["main"], "--output_dir", tmp_path / "pc", "--load_only", "--database", pg,
+                   "--table", "shared_late")
+    assert late.returncode == 0, late.stderr[-3000:]
+    refused_late = predict("--model_dir", exports["main"], "--output_dir", tmp_path / "pa", "--load_only",
+                           "--database", pg, "--table", "shared_late")
+    assert refused_late.returncode == 1 and "pass --append" in one_line(refused_late.stderr)
+    assert len(rows_of(pg, "shared_late")) == ROWS
+
     # Embeddings of another export never join the table, --append or not.
     other = predict("--model_dir", exports["other"], "--input_dir", jobs["a"], "--output_dir", tmp_path / "po",
                     "--database", pg, "--table", "shared", "--append")
-    assert other.returncode == 1
+    assert other.returncode == 2
     line = one_line(other.stderr)
     assert str(exports["main"]) in line and str(exports["other"]) in line
     assert len(rows_of(pg, "shared")) == 2 * ROWS
@@ -201,7 +214,7 @@ def test_text_the_database_cannot_store_fails_only_its_row(world, pg, tmp_path):
     import pyarrow as pa
 
     from beam_pipeline import prediction_shards
-    from beam_pipeline.shard_file import write_json
+    from beam_pipeline.shard_file import seal, write_json
 
     _, jobs, exports = world
     out = tmp_path / "pred"
@@ -220,7 +233,7 @@ def test_text_the_database_cannot_store_fails_only_its_row(world, pg, tmp_path):
     name = os.path.basename(entry["file"]).split(".")[0]
     status = json.loads((out / "shards" / f"{name}.json").read_text())
     status.update(bytes=entry["bytes"], sha256=entry["sha256"])
-    write_json(str(out / "shards" / f"{name}.json"), status)
+    write_json(str(out / "shards" / f"{name}.json"), seal(status))
     (out / "manifest.json").write_text(json.dumps(manifest))
 
     result = predict("--model_dir", exports["main"], "--output_dir", out, "--load_only", "--database", pg,
