@@ -78,6 +78,28 @@ def describe(url):
     return f"{parts.scheme}://{netloc}{parts.path}{where}"
 
 
+def database_flag_problem(value, allow_none=True):
+    """Why a --database value cannot be used (one line, no password), or None when it can."""
+    choices = "'embedded', 'none' or a postgresql:// URL" if allow_none else "'embedded' or a postgresql:// URL"
+    if value == EMBEDDED or (allow_none and value == NONE):
+        return None
+    register_url(value)
+    if not value.startswith(("postgresql://", "postgres://")):
+        return f"--database must be {choices}, not {redact(value)[:200]!r}"
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number.
+    except ValueError as error:
+        return f"--database {describe_unparsed(value)} is not a valid postgresql:// URL ({error})"
+    return None
+
+
+def describe_unparsed(url):
+    """A URL that urllib cannot split, for messages: scheme and what follows '@', never what precedes it."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://...@{rest.rsplit('@', 1)[1]}" if "@" in rest else redact(url)
+
+
 # ---------------------------------------------------------------------- names
 def check_table_name(name):
     """Returns `name` if it is a valid table name; raises TableNameError saying why not."""
@@ -250,6 +272,16 @@ def datasets_in(connection, table):
                               .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
 
 
+def table_export(connection, table):
+    """(SHA-256, folder) of the export whose embeddings `table` holds, or None when it records none."""
+    from psycopg import sql
+
+    if not connection.execute("SELECT to_regclass(%s) IS NOT NULL", (DATASETS_TABLE,)).fetchone()[0]:
+        return None
+    return connection.execute(sql.SQL("SELECT model_sha256, model_dir FROM {} WHERE table_name = %s ORDER BY loaded "
+                                      "LIMIT 1").format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchone()
+
+
 # ---------------------------------------------------------------------- loading
 def unstorable_rows(arrow_table):
     """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte)."""
@@ -388,9 +420,9 @@ def resolve(database, database_dir):
 
         server = EmbeddedServer(database_dir or default_database_dir())
         return server.start(), server
-    if not database.startswith(("postgresql://", "postgres://")):
-        raise DatabaseError(f"--database must be 'embedded', 'none' or a postgresql:// URL, not {describe(database)!r}")
-    register_url(database)
+    problem = database_flag_problem(database, allow_none=False)
+    if problem:
+        raise DatabaseError(problem)
     return database, None
 
 

@@ -125,13 +125,15 @@ def parse_args(argv):
         parser.error("--load_only needs a --database")
     from beam_pipeline import database  # Pure Python: the flags are still checked at once.
 
-    database.register_url(args.database)
-    if args.table is not None:
+    problem = database.database_flag_problem(args.database)
+    if problem is None and args.table is not None:
         try:
             database.check_table_name(args.table)
         except database.TableNameError as error:
-            print(f"error: --table: {error}", file=sys.stderr)
-            sys.exit(2)
+            problem = f"--table: {error}"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     local = job_options.absolute_if_local
     output_dir = local(args.output_dir)
     config = PredictConfig(

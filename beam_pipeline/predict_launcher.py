@@ -41,6 +41,20 @@ def _digest_file(path):
     return file_digest(path)
 
 
+def export_sha256(model_dir):
+    """What identifies an export's model: the SHA-256 over its graph, variables index and description."""
+    from apache_beam.io.filesystems import FileSystems
+
+    from tf_serving_input.serving import INFO_FILE
+
+    model = hashlib.sha256()
+    for name in ("saved_model.pb", "variables/variables.index", INFO_FILE):
+        path = FileSystems.join(model_dir, name)
+        if FileSystems.exists(path):
+            model.update(name.encode() + _digest_file(path).encode())
+    return model.hexdigest()
+
+
 class PredictLauncher:
     """The predict job's launcher; `run` and `load` return exit codes."""
 
@@ -106,19 +120,13 @@ class PredictLauncher:
 
     def fingerprint(self):
         """What makes two runs the same run: configuration, model files and input content."""
-        from apache_beam.io.filesystems import FileSystems
-
-        model = hashlib.sha256()
-        for name in ("saved_model.pb", "variables/variables.index", self.export.INFO_FILE):
-            path = FileSystems.join(self.config.model_dir, name)
-            if FileSystems.exists(path):
-                model.update(name.encode() + _digest_file(path).encode())
+        model_sha256 = export_sha256(self.config.model_dir)
         if self.job_manifest is not None:
             source = hashlib.sha256(json.dumps([(s["file"], s["sha256"]) for s in self.job_manifest["shards"]])
                                     .encode()).hexdigest()
         else:
             source = _digest_file(self.config.input_csv)
-        return {"config": self.config.to_dict(), "model_sha256": model.hexdigest(), "input_sha256": source}
+        return {"config": self.config.to_dict(), "model_sha256": model_sha256, "input_sha256": source}
 
     def dataset(self, fingerprint):
         """What the database records of this run's input: {"id", "source", "model_sha256", "model_dir"}.

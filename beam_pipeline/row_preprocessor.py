@@ -40,6 +40,7 @@ def read_image_bytes(path, max_bytes=DEFAULT_MAX_FILE_BYTES):
 
     if not path:
         raise failures.RowFailure(failures.FILE_NOT_FOUND, "the row's path is empty")
+    _refuse_special_file(path)
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             data = f.read(max_bytes + 1)
@@ -58,6 +59,23 @@ def read_image_bytes(path, max_bytes=DEFAULT_MAX_FILE_BYTES):
     if not data:
         raise failures.RowFailure(failures.EMPTY_FILE, "0 bytes")
     return data
+
+
+def _refuse_special_file(path):
+    """A local path naming a FIFO, a device or a socket fails its row: reading one could block forever."""
+    import os
+    import stat
+
+    if "://" in path and not path.startswith("file://"):
+        return
+    try:
+        mode = os.stat(path.removeprefix("file://")).st_mode
+    except (OSError, ValueError):
+        return  # Absent or unreadable: the open below says which.
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise failures.RowFailure(failures.READ_ERROR, f"{path} is {kind}, not a regular file")
 
 
 def _exists(path):

@@ -143,6 +143,15 @@ def _refusal(args):
 
     if args.image and not args.model_dir:
         return "--image needs --model_dir (the export that embeds the query)"
+    problem = database.database_flag_problem(args.database, allow_none=False)
+    if problem:
+        return problem
+    if args.contact_sheet:
+        folder = os.path.dirname(os.path.abspath(args.contact_sheet))
+        if not args.contact_sheet.lower().endswith(".png") or os.path.isdir(args.contact_sheet):
+            return f"--contact_sheet {args.contact_sheet} must name a .png file"
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            return f"--contact_sheet {args.contact_sheet}: the folder {folder} does not exist or is not writable"
     if not 1 <= args.k <= database.MAX_K:
         return f"-k must be from 1 to {database.MAX_K} (the most the HNSW index serves), not {args.k}"
     if args.table is not None:
@@ -155,6 +164,7 @@ def _refusal(args):
 
 def _search(args, url, query):
     from beam_pipeline import database
+    from beam_pipeline.predict_launcher import export_sha256
 
     table = args.table
     if table is None:
@@ -177,6 +187,11 @@ def _search(args, url, query):
             if len(vector) != size:
                 raise SearchError(f"--model_dir {args.model_dir} embeds into {len(vector)} values, but table {table} "
                                   f"holds {kind}: use the export its predictions came from")
+            recorded = database.table_export(connection, table)
+            if recorded is not None and recorded[0] != export_sha256(args.model_dir):
+                raise SearchError(f"table {table} holds embeddings of the export {recorded[1]} (SHA-256 "
+                                  f"{recorded[0][:12]}), not of {args.model_dir}: search with the export its "
+                                  "predictions came from")
         neighbours = database.nearest(connection, table, vector, args.k, dataset_id=args.dataset)
     print(f"{len(neighbours)} nearest to {args.key or args.image} in {table} (cosine distance):")
     for rank, (key, source, _, label, distance) in enumerate(neighbours, start=1):
@@ -187,7 +202,10 @@ def _search(args, url, query):
         tiles = [(thumbnail(query_path), "query", query_path)]
         tiles += [(thumbnail(path), f"{rank} {label} {distance:.3f}", path)
                   for rank, (_, _, path, label, distance) in enumerate(neighbours, start=1)]
-        render_contact_sheet(tiles, args.contact_sheet, columns=min(len(tiles), 9))
+        try:
+            render_contact_sheet(tiles, args.contact_sheet, columns=min(len(tiles), 9))
+        except (OSError, ValueError) as error:
+            raise SearchError(f"--contact_sheet {args.contact_sheet} could not be written: {error}") from None
         print(f"contact sheet: {args.contact_sheet}")
     return 0
 

@@ -365,12 +365,31 @@ def test_every_bad_search_input_is_one_line_and_a_non_zero_exit(world, pg, tmp_p
         "not a serving export": ["--image", photo, "--database", pg, "--table", "searchable", "--model_dir",
                                  tmp_path],
         "no row with key": ["--key", "0123456789abcdef", "--database", pg, "--table", "searchable"],
+        "not of": ["--image", photo, "--database", pg, "--table", "searchable", "--model_dir", exports["other"]],
+        "must name a .png file": ["--image", photo, *base, "--contact_sheet", tmp_path],
+        "does not exist or is not writable": ["--image", photo, *base, "--contact_sheet", tmp_path / "no" / "x.png"],
+        "not a valid postgresql:// URL": ["--image", photo, "--database", "postgresql://u:pw@[bad/x", "--table",
+                                          "searchable", "--model_dir", exports["main"]],
     }
     for expected, args in cases.items():
         result = run("beam_pipeline.search", *args, timeout=120)
         assert result.returncode != 0 and expected in one_line(result.stderr), (expected, result.stderr[-2000:])
     found = run("beam_pipeline.search", "--image", photo, *base, "-k", 1000)
     assert found.returncode == 0 and found.stdout.startswith(f"{ROWS} nearest"), found.stderr[-2000:]
+
+
+def test_a_fifo_as_query_image_and_bad_database_flags_answer_at_once(world, tmp_path):
+    _, jobs, exports = world
+    os.mkfifo(tmp_path / "pipe.jpg")
+    fifo = run("beam_pipeline.search", "--image", tmp_path / "pipe.jpg", "--model_dir", exports["main"],
+               "--database", "postgresql://u@/x?host=/nowhere", timeout=120)
+    assert fifo.returncode == 1 and "a FIFO, not a regular file" in one_line(fifo.stderr)
+    for value, why in (("postgresql://u:pw-9z@[bad/x", "not a valid postgresql:// URL"),
+                       ("host=db user=u password=pw-9z", "must be 'embedded', 'none' or a postgresql:// URL")):
+        refused = predict("--model_dir", exports["main"], "--input_dir", jobs["a"], "--output_dir", tmp_path / "p",
+                          "--database", value, timeout=60)
+        assert refused.returncode == 2 and why in one_line(refused.stderr) and "pw-9z" not in refused.stderr
+        assert not (tmp_path / "p").exists()
 
 
 def test_a_failure_inside_the_workers_is_one_line_and_its_traceback_goes_to_the_log(world, tmp_path):

@@ -1,5 +1,6 @@
 """Rows -> records without Beam: good and bad rows, their reason codes, order, and batching."""
 
+import os
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -125,3 +126,11 @@ def test_read_image_bytes_reasons(tmp_path):
     assert reason(str(tmp_path / "a.bin"), max_bytes=4) == failures.TOO_LARGE_FILE
     (tmp_path / "zero.bin").write_bytes(b"")
     assert reason(str(tmp_path / "zero.bin")) == failures.EMPTY_FILE
+
+
+def test_a_fifo_or_device_fails_its_row_instead_of_blocking(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jpg")  # Opening it for reading would wait for a writer forever.
+    for path in (str(tmp_path / "pipe.jpg"), "/dev/zero"):
+        with pytest.raises(failures.RowFailure, match="not a regular file") as caught:
+            read_image_bytes(path)
+        assert caught.value.reason == failures.READ_ERROR
