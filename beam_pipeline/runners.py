@@ -43,10 +43,11 @@ def for_io_bound_work(beam_args):
     a few seconds of waiting; other runners are left as they are."""
     if flag_value(beam_args, "runner") != DEFAULT_RUNNER:
         return list(beam_args)
-    kept = [arg for arg in beam_args if not arg.startswith("--direct_running_mode")]
-    if "--direct_running_mode" in kept:  # The flag given as two arguments: drop its value too.
+    kept = list(beam_args)
+    while "--direct_running_mode" in kept:  # The flag given as two arguments: drop its value too.
         at = kept.index("--direct_running_mode")
         del kept[at:at + 2]
+    kept = [arg for arg in kept if not arg.startswith("--direct_running_mode=")]
     return kept + ["--direct_running_mode=multi_threading"]
 
 

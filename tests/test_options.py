@@ -41,3 +41,12 @@ def test_bad_flags_exit_with_usage(capsys, flags, message):
     with pytest.raises(SystemExit) as caught:
         options.parse_args(["--input_csv", "a", "--output_dir", "b", *flags])
     assert caught.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("given", [["--direct_running_mode", "multi_processing"],
+                                   ["--direct_running_mode=multi_processing"]])
+def test_io_bound_work_runs_in_threads_whichever_way_the_mode_was_given(given):
+    from beam_pipeline import runners
+
+    args = runners.for_io_bound_work(["--runner=FnApiRunner", *given, "--direct_num_workers=2"])
+    assert args == ["--runner=FnApiRunner", "--direct_num_workers=2", "--direct_running_mode=multi_threading"]
