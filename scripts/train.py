@@ -21,7 +21,7 @@ import tensorflow as tf  # noqa: E402
 
 from tf_serving_input import export_serving_model, make_dataset  # noqa: E402
 from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body  # noqa: E402
-from tf_serving_input.features import load_preprocess_config  # noqa: E402
+from tf_serving_input.features import UNKNOWN_LABEL_ID, load_preprocess_config  # noqa: E402
 from tf_serving_input.layout import OutputLayout  # noqa: E402
 from tf_serving_input.normalization import read_statistics  # noqa: E402
 
@@ -37,6 +37,16 @@ def build_model(image_size, num_classes):
         keras.layers.GlobalAveragePooling2D(),
         keras.layers.Dense(num_classes, activation="softmax"),
     ])
+
+
+def known_labels_only(dataset):
+    """The batches without their images of unknown label (UNKNOWN_LABEL_ID: unlabeled, or not in the vocabulary)."""
+    def keep(images, labels):
+        known = labels != UNKNOWN_LABEL_ID
+        return tf.boolean_mask(images, known), tf.boolean_mask(labels, known)
+
+    return dataset.map(keep, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).filter(
+        lambda images, labels: tf.size(labels) > 0)
 
 
 def main(argv=None):
@@ -61,9 +71,11 @@ def main(argv=None):
 
     train_images = OutputLayout(args.output_dir).load_manifest()["splits"]["train"]["written"]
     steps_per_epoch = max(1, train_images // args.batch_size)
-    train = make_dataset(args.output_dir, "train", batch_size=args.batch_size, training=True, seed=args.seed,
-                         repeat=True)
-    validation = make_dataset(args.output_dir, args.validation_split, batch_size=args.batch_size, training=False)
+    # Unlabeled rows, and validation labels no training row has, read as id -1: the loss cannot take them.
+    train = known_labels_only(make_dataset(args.output_dir, "train", batch_size=args.batch_size, training=True,
+                                           seed=args.seed, repeat=True))
+    validation = known_labels_only(make_dataset(args.output_dir, args.validation_split, batch_size=args.batch_size,
+                                                training=False))
     model = build_model(config.image_size, len(vocabulary))
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss="sparse_categorical_crossentropy",
                   metrics=["accuracy"])

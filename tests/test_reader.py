@@ -51,3 +51,17 @@ def test_training_batches_are_full_augmented_and_reproducible_with_a_seed(tiny_j
     for _ in range(3):
         assert all(np.array_equal(a, b) for a, b in zip(singles, batches(1, 64)))
     assert make_dataset(out, "train", batch_size=4, training=False).cardinality().numpy() == 3
+
+
+def test_augmentation_changes_the_images_of_the_same_seed_and_order(tiny_job):
+    """Shuffling alone makes batches differ: compare the same seed with augmentation on and off."""
+    out, _, _ = tiny_job
+
+    def batches(augment):
+        dataset = make_dataset(out, "train", batch_size=4, training=True, seed=7, deterministic=True, augment=augment)
+        return [(x.numpy(), y.numpy()) for x, y in dataset]
+
+    augmented, plain = batches(True), batches(False)
+    assert [y.tolist() for _, y in augmented] == [y.tolist() for _, y in plain]  # The same images, in order.
+    assert all(not np.array_equal(a, p) for (a, _), (p, _) in zip(augmented, plain))
+    assert all(np.array_equal(p, q) for (p, _), (q, _) in zip(plain, batches(False)))

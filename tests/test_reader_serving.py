@@ -47,6 +47,9 @@ def build_dataset(folder, sample_photos):
     for path, label in sample_photos:  # Real photos, one EXIF-rotated, one grayscale.
         shutil.copy(path, folder / os.path.basename(path))
         rows.append([os.path.basename(path), label, "train"])
+    # A validation image whose label no training row has: outside the vocabulary, so id -1.
+    (folder / "zebra.png").write_bytes(imaging.encode(imaging.quadrants(30, 40), "PNG"))
+    rows.append(["zebra.png", "zebra", "validation"])
     imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)
     return rows
 
@@ -105,10 +108,24 @@ def test_reader_is_deterministic_when_not_training_and_batches_when_training(job
         assert np.isfinite(images.numpy()).all()
 
 
+def validation_sources(output_dir):
+    """The sources of the validation split's records, in the order the evaluation reader yields them."""
+    import outputs
+
+    return [example[features.IMAGE_SOURCE].decode() for example in outputs.all_examples(output_dir, "validation")]
+
+
 def test_reader_unknown_label_and_missing_split(job_outputs):
     outputs, _, _ = job_outputs
-    _, labels = next(iter(make_dataset(outputs["png"], "validation", batch_size=1, training=False)))
-    assert labels.numpy().tolist() == [features.UNKNOWN_LABEL_ID] or labels.numpy()[0] >= 0
+    import tensorflow_transform as tft
+
+    vocabulary = tft.TFTransformOutput(outputs["png"]).vocabulary_by_name(features.LABEL_VOCABULARY)
+    assert b"zebra" not in vocabulary and b"cat" in vocabulary
+    labels = np.concatenate([y.numpy() for _, y in make_dataset(outputs["png"], "validation", batch_size=8,
+                                                                 training=False)])
+    # Validation rows in CSV order within their shards: img0 ("cat", known) and zebra (unknown).
+    by_source = dict(zip(validation_sources(outputs["png"]), labels.tolist()))
+    assert by_source == {"img0.jpg": vocabulary.index(b"cat"), "zebra.png": features.UNKNOWN_LABEL_ID}
     with pytest.raises(ValueError, match="no shards match"):
         make_dataset(outputs["png"], "test", batch_size=1)
 
