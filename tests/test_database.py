@@ -119,3 +119,44 @@ def test_nearest_checks_k_and_the_table(pg):
         with pytest.raises(database.DatabaseError, match="no table missing"):
             database.nearest(connection, "missing", np.array([1, 0, 0, 0], np.float32), 3)
         assert len(database.nearest(connection, "holds", np.array([1, 0, 0, 0], np.float32), 3, dataset_id="d2")) == 3
+
+
+def clustered_unit_vectors(count, dim, clusters, seed):
+    """Unit vectors in tight clusters: many near-ties, the hard case for HNSW (like embeddings of similar images)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(clusters, dim))
+    vectors = centers[rng.integers(0, clusters, count)] + rng.normal(0, 0.35, (count, dim))
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_the_hnsw_index_exists_is_used_and_finds_the_true_neighbours(pg):
+    """Several thousand rows, so that the planner uses the index (at 320 it scans): recall against exact search."""
+    count, dim = 6000, 64
+    vectors = clustered_unit_vectors(count, dim, 150, seed=4)
+    refs = [RowRef(shard="s", index=i, total=count, key=f"{i:016x}", source=f"{i}.jpg", path=f"/d/{i}.jpg",
+                   split="train", label="x") for i in range(count)]
+    outcomes = [Prediction(np.array([0]), np.array([1.0], np.float32), vector) for vector in vectors]
+    table = prediction_shards.build_table(refs, outcomes, ["x"], dim, "float32")
+    database.prepare_table(pg, "recall", dim, "float32", DATASET)
+    with database.connect(pg) as connection:
+        database.upsert_table(connection, "recall", DATASET["id"], table)
+        connection.commit()
+    definition = database.create_index(pg, "recall", "float32")
+    rng = np.random.default_rng(5)
+    queries = vectors[rng.integers(0, count, 60)] + rng.normal(0, 0.1, (60, dim)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    with database.connect(pg) as connection:
+        assert database.index_definition(connection, "recall") == definition and "USING hnsw" in definition
+        plan = database.nearest(connection, "recall", queries[0], 10, explain=True)
+        assert f"Index Scan using {database.index_name('recall')}" in plan, plan
+        assert database.index_name("recall") not in database.nearest(connection, "recall", queries[0], 10,
+                                                                       exact=True, explain=True)
+        hits = 0
+        for query in queries:
+            found = [int(key, 16) for key, *_ in database.nearest(connection, "recall", query, 10)]
+            distances = 1.0 - vectors @ query
+            tenth = np.sort(distances)[9]
+            hits += sum(distances[i] <= tenth + 1e-6 for i in found)  # Ties at the 10th count.
+    recall = hits / (10 * len(queries))
+    print(f"HNSW recall@10 at ef_search {database.MIN_EF_SEARCH}: {recall:.3f}")
+    assert recall >= 0.95

@@ -204,11 +204,8 @@ def test_search_by_key_and_by_image(predicted, model_and_export, pg, tmp_path):
     lines = by_key.stdout.splitlines()
     assert lines[1].split()[2] == key and len(lines) == 6
     sheet = tmp_path / "sheet.png"
-    by_image = run("beam_pipeline.search", "--database", pg, "--model_dir", model_and_export[1], "--image", path,
-                   "-k", 3, "--contact_sheet", sheet)  # No --table: the only table of embeddings... or not.
-    if "name one with --table" in by_image.stderr:  # Other tests made more tables in this database.
-        by_image = run("beam_pipeline.search", "--database", pg, "--table", "sample", "--model_dir",
-                       model_and_export[1], "--image", path, "-k", 3, "--contact_sheet", sheet)
+    by_image = run("beam_pipeline.search", "--database", pg, "--table", "sample", "--model_dir", model_and_export[1],
+                   "--image", path, "-k", 3, "--contact_sheet", sheet)
     assert by_image.returncode == 0, by_image.stderr[-3000:]
     first = by_image.stdout.splitlines()[1].split()
     assert first[2] == key and float(first[1]) < 1e-5  # The image itself, at distance ~0.
@@ -256,3 +253,92 @@ def test_the_embedded_server_starts_again_after_a_stop_in_the_same_process(tmp_p
         finally:
             server.stop()
         assert not server.running()
+
+
+def test_search_finds_the_only_table_without_being_told_and_asks_when_there_are_two(predicted, model_and_export,
+                                                                                  tmp_path):
+    out, _ = predicted
+    data_dir = tmp_path / "pgdata"
+    load = ["--model_dir", model_and_export[1], "--output_dir", out, "--load_only", "--database", "embedded",
+            "--database_dir", data_dir]
+    assert predict(*load, "--table", "only_one").returncode == 0
+    path = outputs.prediction_rows(out)["path"][3]
+    search = ["--database", "embedded", "--database_dir", data_dir, "--model_dir", model_and_export[1], "--image",
+              path, "-k", 2]
+    found = run("beam_pipeline.search", *search)
+    assert found.returncode == 0 and " in only_one " in found.stdout.splitlines()[0], found.stderr[-2000:]
+    assert predict(*load, "--table", "second_one").returncode == 0
+    ambiguous = run("beam_pipeline.search", *search)
+    assert ambiguous.returncode == 1 and "holds 2 tables of embeddings (only_one, second_one)" in ambiguous.stderr
+
+
+def test_exports_that_cannot_serve_the_input_are_refused_before_any_work(sample_job, model_and_export, tmp_path):
+    model, _ = model_and_export
+    other_size = tmp_path / "job16"
+    assert main.run(["--input_csv", os.path.join(SAMPLE_DIR, "sample.csv"), "--output_dir", str(other_size),
+                     "--image_size", "16", "--no_progress", "--direct_num_workers", "1",
+                     "--direct_running_mode", "in_memory", "--num_shards", "1"]) == 0
+    refused = predict("--model_dir", model_and_export[1], "--input_dir", other_size, "--output_dir", tmp_path / "p1",
+                      "--database", "none")
+    assert refused.returncode == 2 and "was exported for another preprocessing" in refused.stderr
+    no_embedding = export_serving_model(model, str(sample_job), str(tmp_path / "no_embedding"), embedding_layer=False)
+    refused = predict("--model_dir", no_embedding, "--input_dir", sample_job, "--output_dir", tmp_path / "p2",
+                      "--database", "embedded", "--database_dir", tmp_path / "pgdata")
+    assert refused.returncode == 2 and "has no embedding output" in refused.stderr
+    assert not (tmp_path / "p1").exists() and not (tmp_path / "p2").exists()
+
+
+def test_float16_embeddings_go_from_parquet_through_halfvec_to_search(sample_job, model_and_export, predicted, pg,
+                                                                      tmp_path):
+    out = tmp_path / "half"
+    result = predict("--model_dir", model_and_export[1], "--input_dir", sample_job, "--output_dir", out,
+                     "--database", pg, "--table", "half", "--embedding_dtype", "float16", "--batch_size", 32)
+    assert result.returncode == 0, result.stderr[-3000:]
+    import pyarrow.parquet as pq
+
+    first_shard = sorted((out / "predictions").glob("*.parquet"))[0]
+    embedding = pq.read_schema(first_shard).field("embedding").type
+    assert (str(embedding.value_type), embedding.list_size) == ("halffloat", 24)
+    with psycopg.connect(pg) as connection:
+        kind = connection.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                                  "'half'::regclass AND attname = 'embedding'").fetchone()[0]
+        index = connection.execute("SELECT indexdef FROM pg_indexes WHERE tablename = 'half'").fetchall()
+    assert kind == "halfvec(24)" and any("halfvec_cosine_ops" in row[0] for row in index)
+    rows = outputs.prediction_rows(out)
+    full = outputs.prediction_rows(predicted[0])
+    np.testing.assert_allclose(np.array(rows["embedding"], np.float32), np.array(full["embedding"]), atol=2e-3)
+    key, path = rows["key"][5], rows["path"][5]
+    by_image = run("beam_pipeline.search", "--database", pg, "--table", "half", "--model_dir", model_and_export[1],
+                   "--image", path, "-k", 3)
+    assert by_image.returncode == 0, by_image.stderr[-3000:]
+    first = by_image.stdout.splitlines()[1].split()
+    assert first[2] == key and float(first[1]) < 1e-3
+
+
+def test_a_load_killed_part_way_into_a_fresh_table_then_rerun_gives_the_whole_table(predicted, model_and_export,
+                                                                                   pg, tmp_path):
+    """The kill lands inside the load (checked: some shards' rows are in, not all), not before it."""
+    out, _ = predicted
+    command = [sys.executable, "-m", "beam_pipeline.predict", "--model_dir", model_and_export[1], "--output_dir",
+               str(out), "--load_only", "--database", pg, "--table", "killed_load", "--direct_num_workers", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    loaded = 0
+    with psycopg.connect(pg, autocommit=True) as connection:
+        deadline = time.time() + 300
+        while time.time() < deadline and process.poll() is None:
+            exists = connection.execute("SELECT to_regclass('killed_load') IS NOT NULL").fetchone()[0]
+            if exists and connection.execute("SELECT count(*) FROM killed_load").fetchone()[0] > 0:
+                # Block further inserts (SHARE conflicts with the load's ROW EXCLUSIVE), then kill it.
+                connection.execute("BEGIN")
+                connection.execute("LOCK TABLE killed_load IN SHARE MODE")
+                os.killpg(process.pid, signal.SIGKILL)
+                loaded = connection.execute("SELECT count(*) FROM killed_load").fetchone()[0]
+                connection.execute("COMMIT")
+                break
+            time.sleep(0.002)
+    process.wait()
+    assert 0 < loaded < 320, loaded  # Part-way: some shards committed, not all.
+    rerun = predict(*command[3:])
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    snapshot = table_snapshot(pg, "killed_load")
+    assert len(snapshot) == 320 and snapshot == table_snapshot(pg, "sample")
