@@ -23,6 +23,14 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 fi
+# Runs a command with TensorFlow's two start-up notices removed from its stderr: its C++ runtime
+# prints them (no GPU found, an absl logging note) before any setting can silence them. Everything
+# else on stderr, errors included, still shows.
+without_startup_noise() {
+  "$@" 2> >(grep --line-buffered -v -e "^WARNING: All log messages before absl::InitializeLog" \
+              -e "cudart_stub.cc:[0-9]*\] Could not find cuda drivers" >&2)
+}
+
 STAMP_FILE=.venv/beam-image-pipeline.installed
 wanted="${1:-}"
 stamp="$(cksum < setup.py | cut -d' ' -f1) ${wanted:-[]}"
@@ -37,11 +45,3 @@ echo "Installing beam-image-pipeline${wanted} into .venv (first time: a few minu
     -e "^  *!!" -e "^  *\*\*\*" -e "Please be careful" -e "name as your package" -e "with strategy, WheelFile" \
     -e "^ *$" >&2)
 echo "$stamp" > "$STAMP_FILE"
-
-# Runs a command with TensorFlow's two start-up notices removed from its stderr: its C++ runtime
-# prints them (no GPU found, an absl logging note) before any setting can silence them. Everything
-# else on stderr, errors included, still shows.
-without_startup_noise() {
-  "$@" 2> >(grep --line-buffered -v -e "^WARNING: All log messages before absl::InitializeLog" \
-              -e "cudart_stub.cc:[0-9]*\] Could not find cuda drivers" >&2)
-}
