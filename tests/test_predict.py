@@ -177,24 +177,6 @@ def test_a_server_without_pgvector_is_a_clear_error(predicted, model_and_export)
     assert "has no pgvector extension" in result.stderr and 'extension "vector" is not available' in result.stderr
 
 
-def test_recall_at_10_of_the_hnsw_index_against_exact_search(predicted, pg):
-    out, _ = predicted
-    rows = outputs.prediction_rows(out)
-    embeddings = np.array(rows["embedding"], np.float32)
-    hits, wanted = 0, 0
-    with database.connect(pg) as connection:
-        for query in range(0, 320, 8):  # 40 queries.
-            found = database.nearest(connection, "sample", embeddings[query], 10)
-            distances = 1.0 - embeddings @ embeddings[query]
-            tenth = np.sort(distances)[9]
-            # A neighbour counts when it is among the exact 10 nearest (ties at the 10th included).
-            hits += sum(distances[rows["key"].index(key)] <= tenth + 1e-6 for key, *_ in found)
-            wanted += 10
-    recall = hits / wanted
-    print(f"HNSW recall@10 against exact search: {recall:.3f}")
-    assert recall >= 0.95
-
-
 def test_search_by_key_and_by_image(predicted, model_and_export, pg, tmp_path):
     out, _ = predicted
     rows = outputs.prediction_rows(out)
