@@ -66,6 +66,7 @@ class PredictLauncher:
         self.export = None
         self.job_manifest = None
         self.csv_summary = None
+        self._fingerprint = None
 
     # ------------------------------------------------------------------ before any work
     def check_inputs(self):
@@ -119,7 +120,12 @@ class PredictLauncher:
                          embedding_size=self.export.embedding_size)
 
     def fingerprint(self):
-        """What makes two runs the same run: configuration, model files and input content."""
+        """What makes two runs the same run: configuration, model files and input content (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = self._compute_fingerprint()
+        return self._fingerprint
+
+    def _compute_fingerprint(self):
         model_sha256 = export_sha256(self.config.model_dir)
         if self.job_manifest is not None:
             source = hashlib.sha256(json.dumps([(s["file"], s["sha256"]) for s in self.job_manifest["shards"]])
