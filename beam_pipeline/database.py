@@ -287,14 +287,14 @@ def table_export(connection, table):
 
 
 # ---------------------------------------------------------------------- loading
-def unstorable_rows(arrow_table):
-    """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte)."""
+def unstorable_rows(columns):
+    """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte); `columns`: {name: values}."""
     found = {}
     for name in _TEXT_COLUMNS:
-        for index, value in enumerate(arrow_table.column(name).to_pylist()):
+        for index, value in enumerate(columns[name]):
             if "\x00" in value:
                 found.setdefault(index, f"its {name} holds a NUL byte, which PostgreSQL text cannot store")
-    for index, labels in enumerate(arrow_table.column("top_k_labels").to_pylist()):
+    for index, labels in enumerate(columns["top_k_labels"]):
         if any("\x00" in label for label in labels):
             found.setdefault(index, "a top-k label holds a NUL byte, which PostgreSQL text cannot store")
     return found
@@ -307,7 +307,8 @@ def upsert_table(connection, table, dataset_id, arrow_table):
     """
     from psycopg import sql
 
-    left_out = unstorable_rows(arrow_table) if len(arrow_table) else {}
+    columns = {name: arrow_table.column(name).to_pylist() for name in _COLUMNS[1:9]}
+    left_out = unstorable_rows(columns)
     keep = [index for index in range(len(arrow_table)) if index not in left_out]
     if not keep:  # An empty shard (more shards than rows), or nothing storable: nothing to send.
         return 0, left_out
@@ -316,7 +317,6 @@ def upsert_table(connection, table, dataset_id, arrow_table):
     target = sql.Identifier(table)
     names = sql.SQL(", ").join(map(sql.Identifier, _COLUMNS))
     updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in _COLUMNS[2:])
-    columns = {name: arrow_table.column(name).to_pylist() for name in _COLUMNS[1:9]}
     embeddings = arrow_table.column("embedding").combine_chunks()
     matrix = embeddings.values.to_numpy(zero_copy_only=False).reshape(len(arrow_table), -1)
     half = embeddings.type.value_type.bit_width == 16

@@ -29,7 +29,7 @@ from beam_pipeline.row_preprocessor import read_image_bytes
 from beam_pipeline.shard_file import ShardFileWriter, read_status, read_verified, write_json
 from beam_pipeline.shard_writer import failure_record
 from tf_serving_input import failures, features
-from tf_serving_input.layout import PredictionLayout, shard_name
+from tf_serving_input.layout import PredictionLayout, shard_name, shard_stem
 
 # A prediction shard's status says so when its input shard failed verification: it is redone on resume.
 INPUT_DAMAGED = "input_damaged"
@@ -60,7 +60,7 @@ class RecordShard:
 
 def record_shards(job_layout, job_manifest):
     """The RecordShards of a job's output, from its manifest."""
-    return [RecordShard(name=os.path.basename(shard["file"]).rsplit(".", 1)[0], split=shard["split"],
+    return [RecordShard(name=shard_stem(shard["file"]), split=shard["split"],
                         path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
                         bytes=shard.get("bytes"), sha256=shard.get("sha256"))
             for shard in job_manifest["shards"]]
@@ -284,7 +284,7 @@ class LoadTask:
 
 def load_tasks(layout, manifest):
     """The LoadTasks of a finished predict run, from its manifest."""
-    return [LoadTask(name=os.path.basename(shard["file"]).rsplit(".", 1)[0], path=layout.path(shard["file"]),
+    return [LoadTask(name=shard_stem(shard["file"]), path=layout.path(shard["file"]),
                      bytes=shard["bytes"], sha256=shard["sha256"]) for shard in manifest["shards"]]
 
 
@@ -342,8 +342,10 @@ class LoadShard(beam.DoFn):
         table = prediction_shards.read_table(data)
         loaded, left_out = database.upsert_table(self._connection, self._table, self._dataset_id, table)
         keys, sources, splits = (table.column(name).to_pylist() for name in ("key", "source", "split"))
-        failed = [{"source": sources[index], "key": keys[index], "line": 0, "split": splits[index],
-                   "reason": failures.UNSTORABLE_TEXT, "detail": detail} for index, detail in sorted(left_out.items())]
+        failed = [failure_record(RowRef(shard=task.name, index=index, total=len(table), key=keys[index],
+                                        source=sources[index], split=splits[index]),
+                                 failures.RowFailure(failures.UNSTORABLE_TEXT, detail))
+                  for index, detail in sorted(left_out.items())]
         return {"loaded": loaded, "failed": failed}
 
     def teardown(self):

@@ -31,6 +31,12 @@ def shard_name(split, index, num_shards):
     return f"{split}-{index:05d}-of-{num_shards:05d}"
 
 
+def shard_stem(file):
+    """The stem of a shard from its file's path as a manifest lists it: 'data/train-00003-of-00016.tfrecord' ->
+    'train-00003-of-00016' (the inverse of `RunFolder.relative_shard_file`)."""
+    return file.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+
+
 def shard_glob(split="*"):
     """A glob matching the stems of every shard of `split` (all splits by default)."""
     return f"{split}-*-of-*"
