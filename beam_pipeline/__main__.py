@@ -1,5 +1,5 @@
-"""Allows `python -m beam_pipeline ...`."""
+"""Allows `python -m beam_pipeline SUBCOMMAND ...` (and `python -m beam_pipeline --input_csv ...`)."""
 
-from beam_pipeline.main import main
+from beam_pipeline.cli import main
 
 main()

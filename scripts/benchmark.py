@@ -44,9 +44,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 from tf_serving_input.features import IMAGE_FORMATS, PreprocessConfig  # noqa: E402  (no TensorFlow import)
 from tf_serving_input.layout import OutputLayout  # noqa: E402  (no TensorFlow import)
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchmark_data  # noqa: E402
 import benchmark_predict  # noqa: E402
+
 CORES = os.cpu_count() or 1
 SIZE = 224
 # name -> (target, True when higher is better)
@@ -315,8 +317,8 @@ def stage_rates(paths, config_values, count):
 
     import tensorflow as tf
 
-    from beam_pipeline.analysis import to_record_batch
-    from beam_pipeline.records import frame_record, make_example
+    from beam_pipeline.common.records import frame_record, make_example
+    from beam_pipeline.preprocess.analysis import to_record_batch
     from tf_serving_input.codecs import codec_for, to_bytes
     from tf_serving_input.preprocessing import decode_image, resize_image
 
@@ -606,7 +608,7 @@ def measure_predict(work, small_out, big_out, small_rows, big_rows, classes, sea
     import pyarrow.parquet as pq
 
     from beam_pipeline import database
-    from beam_pipeline.embedded_server import EmbeddedServer
+    from beam_pipeline.database.server import EmbeddedServer
 
     model, export = benchmark_predict.export_benchmark_model(small_out, os.path.join(work, "export"), classes)
     database_dir = os.path.join(work, "postgres")
@@ -620,7 +622,7 @@ def measure_predict(work, small_out, big_out, small_rows, big_rows, classes, sea
     finally:
         server.stop()
     runs = {}
-    for name, job_out, rows in (("small", small_out, small_rows), ("big", big_out, big_rows)):
+    for name, job_out, _rows in (("small", small_out, small_rows), ("big", big_out, big_rows)):
         runs[name] = benchmark_predict.run_predict(run_measured, export, job_out,
                                                    os.path.join(work, f"predict_{name}"), "embedded", database_dir,
                                                    f"bench_{name}")

@@ -30,7 +30,8 @@ def export_benchmark_model(job_out, export_dir, classes):
     size = json.load(open(os.path.join(job_out, "manifest.json")))["config"]["preprocess"]["image_size"]
     backbone = keras.applications.MobileNetV3Small(input_shape=(size, size, 3), include_top=False, weights=None,
                                                    pooling="avg", include_preprocessing=False)
-    model = keras.Sequential([keras.Input((size, size, 3)), backbone, keras.layers.Dense(classes, activation="softmax")])
+    model = keras.Sequential([keras.Input((size, size, 3)), backbone,
+                              keras.layers.Dense(classes, activation="softmax")])
     return model, export_serving_model(model, job_out, export_dir)
 
 
@@ -58,8 +59,8 @@ def model_predict_rate(model, job_out, rows):
 
 def bare_copy_rate(url, parquet_paths, table):
     """Rows/s of one connection COPYing (binary) the predictions' rows into a plain table, no upsert."""
-    import pyarrow.parquet as pq
     import psycopg
+    import pyarrow.parquet as pq
     from pgvector.psycopg import register_vector
 
     tables = [pq.read_table(path) for path in parquet_paths]

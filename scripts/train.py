@@ -20,10 +20,10 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tf_serving_input import export_serving_model, make_dataset  # noqa: E402
-from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body  # noqa: E402
 from tf_serving_input.features import UNKNOWN_LABEL_ID, load_preprocess_config  # noqa: E402
 from tf_serving_input.layout import OutputLayout  # noqa: E402
 from tf_serving_input.normalization import read_statistics  # noqa: E402
+from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body  # noqa: E402
 
 
 def build_model(image_size, num_classes):

@@ -25,10 +25,10 @@ def tiny_job(tmp_path_factory):
     12 small JPEG/PNG images in 3 classes, train and validation. The job runs on the
     in-process runner (no worker processes), so in-process tests can use a real output.
     """
-    import imaging
     import numpy as np
 
-    from beam_pipeline import main
+    import imaging
+    from beam_pipeline.preprocess import cli as main
 
     folder = tmp_path_factory.mktemp("tiny_job")
     rng = np.random.default_rng(2)

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import time
 
-from beam_pipeline.embedded_server import EmbeddedServer
+from beam_pipeline.database.server import EmbeddedServer
 
 DEBIAN_BIN = "/usr/lib/postgresql/15/bin"
 

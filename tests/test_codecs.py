@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import imaging
-from beam_pipeline.records import make_example
+from beam_pipeline.common.records import make_example
 from tf_serving_input import features
 from tf_serving_input.codecs import CODECS, parse_record, parse_records, to_bytes
 from tf_serving_input.features import PreprocessConfig

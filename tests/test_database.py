@@ -7,8 +7,9 @@ import pyarrow as pa
 import pytest
 
 import postgres_servers
-from beam_pipeline import database, prediction_shards
-from beam_pipeline.inference import Prediction, RowRef
+from beam_pipeline import database
+from beam_pipeline.predict import shards as prediction_shards
+from beam_pipeline.predict.inference import Prediction, RowRef
 
 DATASET = {"id": "d1", "source": "/jobs/a", "model_sha256": "m" * 64, "model_dir": "/exports/one"}
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from beam_pipeline import database
-from beam_pipeline.embedded_server import EmbeddedServer, is_postmaster_of
+from beam_pipeline.database.server import EmbeddedServer, is_postmaster_of
 
 OTHER_USER = "bip-test-other"
 

@@ -17,7 +17,7 @@ import shutil
 import pytest
 
 import outputs
-from beam_pipeline import main
+from beam_pipeline.preprocess import cli as main
 from conftest import SAMPLE_DIR
 
 pytestmark = pytest.mark.slow  # Three runs of the job on 64 real photos.

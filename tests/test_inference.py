@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from beam_pipeline import database, prediction_shards, vectors
-from beam_pipeline.inference import EMPTY_SHARD, ExportModelHandler, Prediction, RowRef
+from beam_pipeline import database
+from beam_pipeline.predict import shards as prediction_shards
+from beam_pipeline.predict import vectors
+from beam_pipeline.predict.inference import EMPTY_SHARD, ExportModelHandler, Prediction, RowRef
 from tf_serving_input import failures
 
 

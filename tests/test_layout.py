@@ -52,7 +52,7 @@ def test_load_manifest_or_a_helpful_error(tmp_path):
 
 
 def test_importing_the_layout_and_options_loads_neither_tensorflow_nor_beam():
-    code = ("import sys, tf_serving_input.layout, beam_pipeline.options, beam_pipeline.inspect; "
+    code = ("import sys, tf_serving_input.layout, beam_pipeline.preprocess.options, beam_pipeline.preprocess.inspect; "
             "print(sorted(m for m in ('tensorflow', 'apache_beam', 'tensorflow_transform') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
@@ -61,5 +61,5 @@ def test_importing_the_layout_and_options_loads_neither_tensorflow_nor_beam():
 def test_shard_stem_inverts_the_manifest_file_name():
     from tf_serving_input.layout import OutputLayout, PredictionLayout, shard_stem
 
-    for layout in (OutputLayout("gs://b/run"), PredictionLayout("pred")):
-        assert shard_stem(layout.relative_shard_file("train-00003-of-00016")) == "train-00003-of-00016"
+    for folder in (OutputLayout("gs://b/run"), PredictionLayout("pred")):
+        assert shard_stem(folder.relative_shard_file("train-00003-of-00016")) == "train-00003-of-00016"

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from beam_pipeline import options
+from beam_pipeline.common import flags
+from beam_pipeline.preprocess import options
 from tf_serving_input.layout import LAYOUT_VERSION
 
 
@@ -25,9 +26,9 @@ def test_uris_pass_unchanged_and_given_runner_flags_are_kept():
                                          "--runner", "DataflowRunner", "--no_progress", "--image_format=png"])
     assert job.input_csv == "gs://b/in.csv" and job.output_dir == "gs://b/out"
     assert beam_args == ["--runner", "DataflowRunner"] and not job.progress
-    assert not options.is_local_runner(beam_args)
+    assert not flags.is_local_runner(beam_args)
     _, beam_args = options.parse_args(["--input_csv", "a", "--output_dir", "b", "--direct_num_workers=1"])
-    assert beam_args.count("--direct_num_workers=1") == 1 and options.is_local_runner(beam_args)
+    assert beam_args.count("--direct_num_workers=1") == 1 and flags.is_local_runner(beam_args)
 
 
 @pytest.mark.parametrize("flags,message", [
@@ -46,7 +47,7 @@ def test_bad_flags_exit_with_usage(capsys, flags, message):
 @pytest.mark.parametrize("given", [["--direct_running_mode", "multi_processing"],
                                    ["--direct_running_mode=multi_processing"]])
 def test_io_bound_work_runs_in_threads_whichever_way_the_mode_was_given(given):
-    from beam_pipeline import runners
+    from beam_pipeline.common import runners
 
     args = runners.for_io_bound_work(["--runner=FnApiRunner", *given, "--direct_num_workers=2"])
     assert args == ["--runner=FnApiRunner", "--direct_num_workers=2", "--direct_running_mode=multi_threading"]

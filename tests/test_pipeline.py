@@ -7,9 +7,9 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import imaging
-from beam_pipeline import source
-from beam_pipeline.options import JobConfig
-from beam_pipeline.pipeline import build_pipeline
+from beam_pipeline.common import rows as source
+from beam_pipeline.preprocess.options import JobConfig
+from beam_pipeline.preprocess.pipeline import build_pipeline
 from tf_serving_input import normalization
 from tf_serving_input import preprocessing as pp
 from tf_serving_input.features import PreprocessConfig
@@ -64,7 +64,7 @@ def test_arrow_batches_match_tfx_bsl_layout():
     import tensorflow as tf
     from tfx_bsl.tfxio import tensor_to_arrow
 
-    from beam_pipeline.analysis import tensor_adapter_config, to_record_batch
+    from beam_pipeline.preprocess.analysis import tensor_adapter_config, to_record_batch
 
     moments = [np.arange(7, dtype=np.int64) * i for i in range(3)]
     labels = [b"a", b"", b"c"]

@@ -20,9 +20,10 @@ import pytest
 import outputs
 import postgres_servers
 import scaleout
+from beam_pipeline import database
+from beam_pipeline.database.server import EmbeddedServer
+from beam_pipeline.preprocess import cli as main
 from conftest import SAMPLE_DIR
-from beam_pipeline import database, main
-from beam_pipeline.embedded_server import EmbeddedServer
 from tf_serving_input import export_serving_model, make_dataset
 
 pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.

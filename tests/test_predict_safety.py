@@ -23,8 +23,9 @@ import imaging
 import outputs
 import postgres_servers
 import scaleout
-from beam_pipeline import database, main
-from beam_pipeline.embedded_server import EmbeddedServer
+from beam_pipeline import database
+from beam_pipeline.database.server import EmbeddedServer
+from beam_pipeline.preprocess import cli as main
 from tf_serving_input import export_serving_model
 
 pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.
@@ -213,8 +214,8 @@ def test_text_the_database_cannot_store_fails_only_its_row(world, pg, tmp_path):
 
     import pyarrow as pa
 
-    from beam_pipeline import prediction_shards
-    from beam_pipeline.shard_file import seal, write_json
+    from beam_pipeline.common.shard_file import seal, write_json
+    from beam_pipeline.predict import shards as prediction_shards
 
     _, jobs, exports = world
     out = tmp_path / "pred"

@@ -2,7 +2,7 @@
 
 import json
 
-from beam_pipeline.progress import ShardProgress, format_duration
+from beam_pipeline.common.progress import ShardProgress, format_duration
 from tf_serving_input.layout import OutputLayout
 
 

@@ -14,9 +14,8 @@ import tensorflow as tf
 import imaging
 import outputs as output_files
 import serving_loaders
-from beam_pipeline import main
-from tf_serving_input import export_serving_model, make_dataset
-from tf_serving_input import features
+from beam_pipeline.preprocess import cli as main
+from tf_serving_input import export_serving_model, features, make_dataset
 from tf_serving_input.normalization import read_statistics
 from tf_serving_input.reader import shard_files
 from tf_serving_input.serving import rest_instances_to_inputs
@@ -145,7 +144,8 @@ def test_reader_in_a_distribution_strategy(job_outputs):
 
 def classifier(num_classes):
     return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
-                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes, activation="softmax")])
+                             keras.layers.GlobalAveragePooling2D(),
+                             keras.layers.Dense(num_classes, activation="softmax")])
 
 
 @pytest.mark.parametrize("loader", serving_loaders.LOADERS)

@@ -5,7 +5,7 @@ import io
 import pytest
 import tensorflow as tf
 
-from beam_pipeline.records import DamagedRecords, frame_record, iter_records, read_records
+from beam_pipeline.common.records import DamagedRecords, frame_record, iter_records, read_records
 
 
 def test_framing_reads_with_tfrecorddataset(tmp_path):

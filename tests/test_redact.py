@@ -3,8 +3,8 @@
 import json
 import sys
 
-from beam_pipeline import redact, run_errors
-from beam_pipeline.run_lock import OutputLock
+from beam_pipeline.common import redact, run_errors
+from beam_pipeline.common.run_lock import OutputLock
 
 
 def test_url_keyword_and_registered_passwords_are_masked():

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from beam_pipeline import options, report
+from beam_pipeline.common import report
+from beam_pipeline.preprocess import options
 from tf_serving_input.layout import OutputLayout
 
 

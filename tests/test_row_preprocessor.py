@@ -1,13 +1,14 @@
 """Rows -> records without Beam: good and bad rows, their reason codes, order, and batching."""
 
 import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import imaging
-from beam_pipeline import source
-from beam_pipeline.row_preprocessor import RowPreprocessor, Written, read_image_bytes
+from beam_pipeline.common import rows as source
+from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor, Written, read_image_bytes
 from tf_serving_input import failures, features
 from tf_serving_input.codecs import CODECS, parse_record
 from tf_serving_input.features import PreprocessConfig

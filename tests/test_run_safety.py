@@ -20,8 +20,9 @@ import pytest
 import imaging
 import outputs
 import scaleout
-from beam_pipeline import main, report
-from beam_pipeline.shard_file import ShardFileWriter, read_verified
+from beam_pipeline.common import report
+from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
+from beam_pipeline.preprocess import cli as main
 from tf_serving_input.layout import OutputLayout
 
 NAME = "train-00000-of-00001"

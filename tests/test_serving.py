@@ -25,7 +25,8 @@ SIZE = 16
 
 def classifier(num_classes):
     return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Conv2D(4, 3, activation="relu"),
-                             keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes, activation="softmax")])
+                             keras.layers.GlobalAveragePooling2D(),
+                             keras.layers.Dense(num_classes, activation="softmax")])
 
 
 @pytest.fixture(scope="module")

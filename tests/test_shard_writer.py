@@ -10,8 +10,8 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import imaging
 import outputs
-from beam_pipeline import source
-from beam_pipeline.shard_writer import STATS_TAG, WriteShardFn
+from beam_pipeline.common import rows as source
+from beam_pipeline.preprocess.shard_writer import STATS_TAG, WriteShardFn
 from tf_serving_input import features
 from tf_serving_input.features import PreprocessConfig
 from tf_serving_input.layout import OutputLayout

@@ -1,0 +1,61 @@
+"""The one command line: `beam-image-pipeline SUBCOMMAND [flags]`, the same as `python -m beam_pipeline SUBCOMMAND`.
+
+Each subcommand is its job's own command line, with its own `--help`. The
+commands from before keep working: `python -m beam_pipeline --input_csv ...`
+(no subcommand: preprocess) and `python -m beam_pipeline.predict|search|inspect|database`.
+Nothing heavy is imported until a subcommand is chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+PROG = "beam-image-pipeline"
+# name: (module with run(argv, prog) -> exit code, one line of help)
+SUBCOMMANDS = {
+    "preprocess": ("beam_pipeline.preprocess.cli",
+                   "CSV of images -> sharded TFRecords + tensorflow-transform statistics"),
+    "inspect": ("beam_pipeline.preprocess.inspect", "summary of a finished job output; a contact sheet"),
+    "predict": ("beam_pipeline.predict.cli",
+                "run a serving export over every image -> Parquet -> PostgreSQL + pgvector"),
+    "search": ("beam_pipeline.search.cli", "the stored images nearest a query image or key"),
+    "db": ("beam_pipeline.database.server", "the embedded PostgreSQL server: start | stop | status | psql | url"),
+}
+
+
+def usage() -> str:
+    """The top-level help text."""
+    width = max(map(len, SUBCOMMANDS))
+    lines = [f"usage: {PROG} SUBCOMMAND [flags]    ({PROG} SUBCOMMAND --help for its flags)", "",
+             "Turn a million images into training-ready data, serve them with the same preprocessing, and "
+             "search them.", "", "subcommands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", f"Without a subcommand, flags go to preprocess: {PROG} --input_csv CSV --output_dir DIR."]
+    return "\n".join(lines)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Runs a subcommand; returns its exit code (2 for an unknown one)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0].startswith("-"):  # The command from before subcommands: the preprocessing job.
+        name, rest, prog = "preprocess", argv, PROG
+    else:
+        name, rest, prog = argv[0], argv[1:], f"{PROG} {argv[0]}"
+    if name not in SUBCOMMANDS:
+        print(f"error: unknown subcommand {name!r}; one of {', '.join(SUBCOMMANDS)} ({PROG} --help)",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return module.run(rest, prog=prog)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from beam_pipeline.common.quiet import quiet_startup
+
+    quiet_startup(sys.argv[1:])
+    sys.exit(run())

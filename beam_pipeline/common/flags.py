@@ -1,0 +1,118 @@
+"""Flags every job shares, and how Beam's own arguments get the local-runner defaults.
+
+Imports neither Beam nor TensorFlow, so `--help` and flag errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from beam_pipeline.common import rows
+
+# Beam's in-process portable runner: needs no download (DirectRunner first tries
+# Prism, which fetches a binary at run time) and runs one worker per core.
+DEFAULT_RUNNER = "FnApiRunner"
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "SwitchingDirectRunner", "BundleBasedDirectRunner")
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default, except where there is none to show (None, or an off switch)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def new_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """An ArgumentParser with the jobs' help format."""
+    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
+
+
+def add_csv_flags(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    """The flags saying how a CSV of images is read and sharded; `scope` prefixes their help ('With --input_csv: ')."""
+    parser.add_argument("--num_shards", type=int, default=0,
+                        help=f"{scope}Shards per split; 0 picks one per ~{rows.ROWS_PER_SHARD} rows (at least "
+                             f"{rows.MIN_AUTO_SHARDS}, at most one per row).")
+    parser.add_argument("--path_column", default=rows.CsvColumns.path,
+                        help=f"{scope}CSV column holding the image path or URI.")
+    parser.add_argument("--label_column", default=rows.CsvColumns.label,
+                        help=f"{scope}CSV column holding the label (optional: unlabeled data is valid).")
+    parser.add_argument("--split_column", default=rows.CsvColumns.split,
+                        help=f"{scope}CSV column naming each row's split (train, validation, ...); without it "
+                             "every row is 'train'.")
+    parser.add_argument("--max_file_bytes", type=int, default=rows.DEFAULT_MAX_FILE_BYTES,
+                        help=f"{scope}Refuse files larger than this many bytes without reading them whole.")
+
+
+def csv_columns(args: argparse.Namespace) -> rows.CsvColumns:
+    """The CsvColumns the `add_csv_flags` flags name."""
+    return rows.CsvColumns(path=args.path_column, label=args.label_column, split=args.split_column)
+
+
+def add_run_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of a run into an output folder: error budget, overwrite, progress, verbosity."""
+    parser.add_argument("--max_error_rate", type=float, default=0.01,
+                        help="Fail (exit 1) when more than this fraction of rows fails; failed rows are listed in "
+                             "errors.jsonl either way.")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Replace the output of an earlier run in --output_dir.")
+    parser.add_argument("--no_progress", dest="progress", action="store_false",
+                        help="Do not print progress lines while shards complete.")
+    add_verbose_flag(parser)
+
+
+def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
+    """--verbose: let TensorFlow's start-up lines through (they are dropped by default)."""
+    parser.add_argument("--verbose", action="store_true",
+                        help="Show TensorFlow's start-up lines, which are hidden by default.")
+
+
+def check_run_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exits with usage when a shared flag's value is out of range."""
+    if getattr(args, "num_shards", 0) < 0:
+        parser.error("--num_shards must be >= 0")
+    if not 0.0 <= args.max_error_rate <= 1.0:
+        parser.error("--max_error_rate must be between 0 and 1")
+
+
+def absolute_if_local(path: str) -> str:
+    """A local path made absolute (URIs pass, without a trailing '/').
+
+    Workers of a portable runner, a worker pool or a cluster do not share the
+    launcher's working directory: a relative path would name another file there.
+    """
+    if "://" in path:
+        return path.rstrip("/") or path
+    return os.path.abspath(path)
+
+
+def flag_value(beam_args: list[str], name: str) -> str | None:
+    """The value of a Beam flag given as `--name=value` or `--name value`, else None."""
+    for i, arg in enumerate(beam_args):
+        if arg == f"--{name}" and i + 1 < len(beam_args):
+            return beam_args[i + 1]
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def with_local_defaults(beam_args: list[str]) -> list[str]:
+    """Adds the local-runner defaults (FnApiRunner, one process per core) unless given."""
+    beam_args = list(beam_args)
+    runner = flag_value(beam_args, "runner")
+    if runner is None:
+        beam_args.append(f"--runner={DEFAULT_RUNNER}")
+        runner = DEFAULT_RUNNER
+    if runner in LOCAL_RUNNERS:
+        if flag_value(beam_args, "direct_num_workers") is None:
+            beam_args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+        if flag_value(beam_args, "direct_running_mode") is None:
+            beam_args.append("--direct_running_mode=multi_processing")
+    return beam_args
+
+
+def is_local_runner(beam_args: list[str]) -> bool:
+    """Whether the job runs on this machine (so progress can be shown as shards land)."""
+    return flag_value(beam_args, "runner") in LOCAL_RUNNERS

@@ -1,0 +1,162 @@
+"""The run every job shares, written once: check, lock, prepare, run with progress, verify, report, exit code.
+
+    class MyJob(Launcher):
+        def check(self, step): ...              # before any work: raise Refused (exit 2)
+        def fingerprint(self): ...              # what makes two runs the same run
+        def run(self, finished_earlier, step, run_log): ...  # run_pipeline, verified_statuses, ...
+
+    exit_code = MyJob(layout, beam_args, pipeline_options, ...).execute()
+
+Exit codes: 0 done; 1 the run failed (one line on stderr, the traceback in the
+run's log); 2 refused before any work (one line naming what and why).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from beam_pipeline.common import flags
+from beam_pipeline.common.redact import redact
+
+# How many problem names a one-line error lists before "...".
+MAX_LISTED = 10
+
+
+class Refused(RuntimeError):
+    """The job cannot run as asked; nothing was done (exit 2)."""
+
+
+def listed(items: list[str], limit: int = MAX_LISTED) -> str:
+    """Up to `limit` items joined by ', ', then ' ...' when there are more."""
+    return ", ".join(items[:limit]) + (" ..." if len(items) > limit else "")
+
+
+class Launcher:
+    """One run of a job into an output folder (`layout`: a tf_serving_input.layout layout)."""
+
+    def __init__(self, layout: Any, beam_args: list[str], pipeline_options: Any, *, progress: bool = True,
+                 max_error_rate: float = 0.01, overwrite: bool = False) -> None:
+        self.layout = layout
+        self.beam_args = beam_args
+        self.pipeline_options = pipeline_options
+        self.progress = progress
+        self.max_error_rate = max_error_rate
+        self.overwrite = overwrite
+
+    # ------------------------------------------------------------------ what a job fills in
+    def first_step(self) -> str:
+        """What the launcher does first, for a one-line error ('reading the CSV x.csv')."""
+        return f"preparing the output folder {self.layout.root}"
+
+    def check(self, step: Any) -> None:
+        """Checks the inputs before any work; raises Refused (or another refusal) naming what is wrong."""
+
+    def fingerprint(self) -> dict:
+        """What makes two runs the same run (resumed) rather than another one (refused)."""
+        raise NotImplementedError
+
+    def run(self, finished_earlier: int, step: Any, run_log: Any) -> int:
+        """The run itself, in the locked and prepared folder; returns the exit code."""
+        raise NotImplementedError
+
+    def refusals(self) -> tuple[type[BaseException], ...]:
+        """Exception types, besides the shared ones, that mean "refused before any work" (exit 2)."""
+        return ()
+
+    def failure_line(self, error: Exception, run_log: Any) -> str | None:
+        """A job's own one-line error for a known failure (exit 1), or None for the generic line."""
+        return None
+
+    def locked(self, step: Any, run_log: Any) -> int:
+        """What runs under the folder's lock: prepare it (resume, refuse or overwrite), then `run`."""
+        from beam_pipeline.common import output_dir
+
+        finished = output_dir.prepare(self.layout, self.fingerprint(), self.overwrite)
+        return self.run(finished, step, run_log)
+
+    # ------------------------------------------------------------------ the shared run
+    def execute(self) -> int:
+        """Runs the job; returns its exit code. Every failure reaches the user as one line."""
+        from beam_pipeline.common import output_dir, run_errors
+        from beam_pipeline.common import rows as csv_rows
+        from beam_pipeline.common.run_lock import LockHeld, OutputLock
+
+        step = run_errors.Step(self.first_step())
+        run_log = run_errors.RunLog(self.layout.log_dir)
+        try:
+            self.check(step)
+            step.now(f"preparing the output folder {self.layout.root}")
+            with OutputLock(self.layout.lock_file) as lock:
+                if lock.notice:
+                    print(f"notice: {lock.notice}", flush=True)
+                return self.locked(step, run_log)
+        except (Refused, csv_rows.CsvError, output_dir.OutputDirError, LockHeld, *self.refusals()) as error:
+            print(redact(f"error: {error}"), file=sys.stderr)
+            return 2
+        except Exception as error:  # noqa: BLE001 - the run itself failed: one line, the traceback in a log.
+            line = self.failure_line(error, run_log)
+            if line is None:
+                line = run_errors.one_line(error, step.doing, run_log.write(error))
+            print(redact(line), file=sys.stderr)
+            return 1
+
+    def announce(self, header: str, finished_earlier: int) -> None:
+        """Prints what the run is about to do, and what it resumes."""
+        print(header, flush=True)
+        if finished_earlier:
+            print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
+                  "configuration are checked: kept when they verify, rewritten otherwise", flush=True)
+
+    def run_pipeline(self, step: Any, run_log: Any, doing: str, build: Callable[[Any], Any],
+                     shards: int = 0, rows: int = 0, options: Any = None) -> float:
+        """Builds (`build(pipeline)`) and runs one Beam pipeline; returns its wall seconds.
+
+        Progress lines follow the shard status files while `shards` complete (local runners);
+        the workers' logs go to the run's log. `options` default to the job's pipeline options.
+        """
+        import apache_beam as beam
+
+        from beam_pipeline.common import runners
+        from beam_pipeline.common.progress import ShardProgress
+
+        options = options if options is not None else self.pipeline_options
+        monitor = None
+        if shards and self.progress and flags.is_local_runner(self.beam_args):
+            monitor = ShardProgress(self.layout, shards, rows)
+            monitor.start()
+        started = time.time()
+        step.now(doing)
+        try:
+            with run_log.capture(), beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline:
+                build(pipeline)
+        finally:
+            if monitor:
+                monitor.stop()
+        return time.time() - started
+
+    def verified_statuses(self, step: Any, names: list[str]) -> list[dict] | None:
+        """Every expected shard's status, each file present with its recorded size; None (after one line) if not."""
+        from beam_pipeline.common import report
+
+        step.now(f"checking the shards in {self.layout.data_dir}")
+        statuses = report.read_shard_statuses(self.layout, names)
+        problems = report.shard_file_problems(self.layout, statuses)
+        if problems:
+            print(f"error: {len(problems)} shard file(s) are missing or damaged after the run: {listed(problems)}; "
+                  "run the same command again to rewrite them", file=sys.stderr)
+            return None
+        return statuses
+
+    def error_budget_code(self, manifest: dict) -> int:
+        """1 (after one line naming the top reasons) when more than --max_error_rate of the rows failed, else 0."""
+        rows, failed = manifest["rows"], manifest["failed"]
+        if not rows or failed / rows <= self.max_error_rate:
+            return 0
+        reasons = "; ".join(f"{reason}: {count}" for reason, count in list(manifest["failed_by_reason"].items())[:5])
+        print(f"error: {failed} of {rows} rows failed ({failed / rows:.1%}), more than --max_error_rate="
+              f"{self.max_error_rate:g}. Top reasons: {reasons}. Every failed row is listed in "
+              f"{self.layout.errors_file}", file=sys.stderr)
+        return 1

@@ -1,0 +1,43 @@
+"""An output folder before a run: resume an identical earlier run, refuse another one, or overwrite.
+
+Shared by the jobs: each passes its layout (tf_serving_input.layout) and the
+fingerprint of what it is about to produce.
+"""
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.common.files import read_json, write_json
+
+
+class OutputDirError(RuntimeError):
+    """The output folder cannot be used as asked."""
+
+
+def prepare(layout, fingerprint, overwrite):
+    """Makes the folder ready; returns how many finished shards an earlier identical run left.
+
+    An earlier run with the same `fingerprint` (its run file) is resumed: its
+    finished shards stay (each is verified against its checksum before reuse),
+    stale temporary files and the end-of-run outputs go. Output of a different
+    run is refused, untouched, unless `overwrite`.
+    """
+    existing = [name for name in layout.entries() if FileSystems.exists(layout.path(name))]
+    resumable = bool(existing) and not overwrite
+    if resumable and read_json(layout.run_file) != fingerprint:
+        raise OutputDirError(
+            f"{layout.root} already holds output of a different input or configuration "
+            f"({', '.join(existing)}); pass --overwrite to replace it, or choose another --output_dir")
+    stale = [layout.path(name) for name in existing if not (resumable and name in layout.kept_on_resume())]
+    if resumable:  # Files a killed run was still writing.
+        stale += [m.path for result in FileSystems.match(layout.temp_files_globs()) for m in result.metadata_list]
+    if stale:
+        FileSystems.delete(stale)
+    for folder in (layout.data_dir, layout.status_dir):
+        try:
+            FileSystems.mkdirs(folder)
+        except Exception:  # noqa: BLE001 - object stores have no folders; an existing one is fine too.
+            pass
+    write_json(layout.run_file, fingerprint)
+    if not resumable:
+        return 0
+    return len(FileSystems.match([layout.status_files_glob()])[0].metadata_list)

@@ -1,0 +1,74 @@
+"""Progress lines while a local run writes shards: done/total, images/s, ETA."""
+
+import threading
+import time
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.common.files import read_json
+
+
+def format_duration(seconds):
+    """Seconds as H:MM:SS."""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class ShardProgress(threading.Thread):
+    """Watches the shard status folder and prints a line whenever shards complete.
+
+    Runner-agnostic: it only looks at files the shard writer publishes, so it
+    works whichever process or machine wrote them.
+    """
+
+    def __init__(self, layout, total_shards, total_rows, interval=1.0, out=print):
+        super().__init__(daemon=True)
+        self._pattern = layout.status_files_glob()
+        self._total_shards = total_shards
+        self._total_rows = total_rows
+        self._interval = interval
+        self._out = out
+        self._stop_event = threading.Event()
+        self._start_time = time.time()
+        self._rows_by_status = {}
+        self._poll()  # Shards an earlier run finished count as done, not as speed.
+        self._baseline_rows = sum(self._rows_by_status.values())
+
+    def _poll(self):
+        try:
+            matches = FileSystems.match([self._pattern])[0].metadata_list
+        except Exception:  # noqa: BLE001 - the folder may not exist yet.
+            return False
+        changed = False
+        for metadata in matches:
+            if metadata.path in self._rows_by_status:
+                continue
+            status = read_json(metadata.path)
+            if not isinstance(status, dict) or "rows" not in status:
+                continue  # Half-visible on an object store: read it next time.
+            self._rows_by_status[metadata.path] = status["rows"]
+            changed = True
+        return changed
+
+    def report(self):
+        """Prints one progress line for what is complete now."""
+        done = len(self._rows_by_status)
+        rows = sum(self._rows_by_status.values())
+        elapsed = time.time() - self._start_time
+        rate = (rows - self._baseline_rows) / elapsed if elapsed > 0 else 0.0
+        remaining = self._total_rows - rows
+        eta = format_duration(remaining / rate) if rate > 0 else "?"
+        self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "
+                  f"{rate:.1f} images/s, ETA {eta}", flush=True)
+
+    def run(self):
+        while not self._stop_event.wait(self._interval):
+            if self._poll():
+                self.report()
+
+    def stop(self):
+        """Stops watching after a last look, so the final line shows the end state."""
+        self._stop_event.set()
+        self.join()
+        if self._poll():
+            self.report()

@@ -1,0 +1,96 @@
+"""tf.train.Example building and TFRecord framing onto any Beam filesystem.
+
+TensorFlow's own writer cannot reach every filesystem Beam can (s3:// among
+them), so shards are framed here and written through Beam's FileSystems.
+"""
+
+import struct
+
+import google_crc32c
+import tensorflow as tf
+
+from tf_serving_input import features
+
+
+def make_example(stored, codec, image_size, source, key, label):
+    """Builds the tf.train.Example of one stored image (see README "Output contract").
+
+    `stored` goes under the storage codec's feature key (`image/encoded` for JPEG and
+    PNG, `image/raw` for raw pixels), its name under `image/format`.
+
+    Serialize it with `SerializeToString(deterministic=True)`: the feature map is
+    otherwise written in an order that changes from process to process.
+    """
+    def bytes_feature(value):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    def int_feature(value):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        codec.feature_key: bytes_feature(stored),
+        features.IMAGE_FORMAT: bytes_feature(codec.name.encode("ascii")),
+        features.IMAGE_HEIGHT: int_feature(image_size),
+        features.IMAGE_WIDTH: int_feature(image_size),
+        features.IMAGE_CHANNELS: int_feature(3),
+        features.IMAGE_SOURCE: bytes_feature(source.encode("utf-8")),
+        features.IMAGE_KEY: bytes_feature(key.encode("ascii")),
+        features.LABEL_TEXT: bytes_feature(label.encode("utf-8")),
+    }))
+
+
+def _masked_crc(data):
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame_record(record):
+    """Returns `record` framed as TFRecord bytes: length, its CRC, data, data CRC."""
+    length = struct.pack("<Q", len(record))
+    return b"".join([length, struct.pack("<I", _masked_crc(length)),
+                     record, struct.pack("<I", _masked_crc(record))])
+
+
+class DamagedRecords(ValueError):
+    """A TFRecord file whose framing or CRCs do not hold: truncated (ends early) or corrupt."""
+
+    def __init__(self, message, truncated):
+        super().__init__(message)
+        self.truncated = truncated
+
+
+def read_records(stream, verify=True):
+    """Yields the records of a TFRecord file object, reading one record at a time.
+
+    With `verify` (the default) the length's and the data's masked CRC32C are checked, so a
+    changed byte anywhere is caught; DamagedRecords says where (and whether the file ends early).
+    """
+    offset = 0
+    while True:
+        header = stream.read(12)
+        if not header:
+            return
+        if len(header) < 12:
+            raise DamagedRecords(f"truncated: the file ends inside a record header at byte {offset}", True)
+        (length,) = struct.unpack_from("<Q", header, 0)
+        if verify and struct.unpack_from("<I", header, 8)[0] != _masked_crc(header[:8]):
+            raise DamagedRecords(f"corrupt: the record length at byte {offset} fails its CRC", False)
+        record = stream.read(length + 4)
+        if len(record) < length + 4:
+            raise DamagedRecords(f"truncated: the file ends inside the record at byte {offset}", True)
+        if verify and struct.unpack_from("<I", record, length)[0] != _masked_crc(record[:length]):
+            raise DamagedRecords(f"corrupt: the record at byte {offset} fails its CRC", False)
+        offset += 12 + length + 4
+        yield record[:length]
+
+
+def iter_records(data):
+    """Yields the records of TFRecord file bytes already checked by their SHA-256 (no CRCs recomputed)."""
+    import io
+
+    return read_records(io.BytesIO(data), verify=False)
+
+
+def parse_example(record):
+    """Parses one serialized tf.train.Example."""
+    return tf.train.Example.FromString(record)

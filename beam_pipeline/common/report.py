@@ -1,0 +1,161 @@
+"""After the pipeline: manifest.json, errors.jsonl and the summary printed to the user."""
+
+import collections
+import datetime
+import importlib.metadata
+import json
+import platform
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.common import progress
+
+_PACKAGES = ("beam-image-pipeline", "apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl", "pyarrow")
+
+
+def library_versions():
+    """Versions of Python and of the libraries that shape the output."""
+    versions = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def read_shard_statuses(layout, shard_names):
+    """Loads the status file of every expected shard; raises RuntimeError naming missing ones."""
+    from beam_pipeline.common.shard_file import read_status
+
+    statuses, missing = [], []
+    for name in shard_names:
+        status = read_status(layout.status_file(name))
+        if status is None:
+            missing.append(name)
+        else:
+            statuses.append(status)
+    if missing:
+        raise RuntimeError(f"{len(missing)} shard(s) never completed (no status file, or one that fails its "
+                           f"checksum): {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+    return statuses
+
+
+def shard_file_problems(layout, statuses):
+    """The shard files that are missing or not of the size their status records, as 'file (why)'.
+
+    One listing of the data folder, so it is cheap on object stores too; the checksums were
+    computed while writing or verified while resuming, in this run.
+    """
+    sizes = {metadata.path: metadata.size_in_bytes
+             for result in FileSystems.match([layout.shard_files_glob()]) for metadata in result.metadata_list}
+    problems = []
+    for status in sorted(statuses, key=lambda s: s["file"]):
+        size = sizes.get(layout.path(status["file"]))
+        if size is None:
+            problems.append(f"{status['file']} (missing)")
+        elif size != status["bytes"]:
+            problems.append(f"{status['file']} ({size} bytes, its status says {status['bytes']})")
+    return problems
+
+
+def summarize_statuses(statuses):
+    """(counts, failures sorted by line) from shard statuses: what every manifest reports of its shards."""
+    failures = sorted((f for s in statuses for f in s["failed"]), key=lambda f: (f.get("line", 0), f["key"]))
+    per_split = collections.defaultdict(lambda: {"rows": 0, "written": 0, "failed": 0, "shards": 0})
+    for status in statuses:
+        counts = per_split[status["split"]]
+        counts["rows"] += status["rows"]
+        counts["written"] += status["records"]
+        counts["failed"] += len(status["failed"])
+        counts["shards"] += 1
+    return {
+        "rows": sum(s["rows"] for s in statuses),
+        "written": sum(s["records"] for s in statuses),
+        "failed": len(failures),
+        "splits": dict(sorted(per_split.items())),
+        "failed_by_reason": dict(collections.Counter(f["reason"] for f in failures).most_common()),
+        "shards": [{"file": s["file"], "split": s["split"], "records": s["records"],
+                    "bytes": s["bytes"], "sha256": s["sha256"]}
+                   for s in sorted(statuses, key=lambda s: s["file"])],
+    }, failures
+
+
+def build_manifest(job, statuses, statistics, wall_seconds, runner):
+    """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
+    summary, failures = summarize_statuses(statuses)
+    mean, std, vocabulary = statistics
+    return {
+        **summary,
+        "statistics": {"split": "train", "pixel_mean": mean, "pixel_std": std,
+                       "label_vocabulary": vocabulary},
+        "config": job.to_dict(),
+        "runner": runner,
+        "wall_seconds": round(wall_seconds, 3),
+        "images_per_second": round(summary["written"] / wall_seconds, 2) if wall_seconds > 0 else None,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "versions": library_versions(),
+    }, failures
+
+
+def write_outputs(layout, manifest, failures):
+    """Writes errors.jsonl, then manifest.json (last, so its presence means the run finished)."""
+    write_jsonl(layout.errors_file, failures)
+    write_manifest(layout, manifest)
+
+
+def write_jsonl(path, records):
+    """Writes one JSON object per line (UTF-8, unescaped text)."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        for record in records:
+            f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+def write_manifest(layout, manifest):
+    """Writes manifest.json."""
+    with FileSystems.create(layout.manifest_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
+
+
+def _summary(rows):
+    """The end-of-run summary table: a header, then one aligned `name value` line per row."""
+    return "\n".join(["", "Summary", "-------"] + [f"  {name:<22} {value}" for name, value in rows])
+
+
+def _counts(manifest, done):
+    """The rows/done/failed lines, with failures by reason."""
+    rows = [("rows", manifest["rows"]), (done, manifest[done]), ("failed", manifest["failed"])]
+    return rows + [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
+
+
+def _ending(manifest, layout):
+    """The time, output and (when rows failed) errors lines."""
+    rows = [("time", f"{progress.format_duration(manifest['wall_seconds'])} "
+                     f"({manifest['images_per_second']} images/s)"),
+            ("output", layout.root)]
+    return rows + ([("errors", layout.errors_file)] if manifest["failed"] else [])
+
+
+def format_summary(manifest, layout):
+    """The human summary table printed at the end of a run."""
+    stats = manifest["statistics"]
+    vocabulary = stats["label_vocabulary"]
+    return _summary(
+        _counts(manifest, "written")
+        + [(f"split {split}", f"{counts['written']} written, {counts['failed']} failed, {counts['shards']} shards")
+           for split, counts in manifest["splits"].items()]
+        + [("pixel mean (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_mean"])),
+           ("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"])),
+           ("labels", f"{len(vocabulary)}: {', '.join(vocabulary[:10])}{' ...' if len(vocabulary) > 10 else ''}")]
+        + _ending(manifest, layout))
+
+
+def format_prediction_summary(manifest, layout):
+    """The human summary printed at the end of a predict run."""
+    model = manifest["model"]
+    return _summary(
+        _counts(manifest, "predicted")
+        + [("model", f"{model['model_dir']} ({model['signature']})"),
+           ("embedding", f"{model['embedding_size']} x {model['embedding_dtype']}, unit length")]
+        + _ending(manifest, layout))

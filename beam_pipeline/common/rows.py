@@ -1,0 +1,331 @@
+"""CSV rows: the CSV read and checked (line-numbered errors), `Row`, keys, shards, reading image bytes.
+
+Pure Python (no TensorFlow; Beam's FileSystems only when a file is opened, so
+that importing this module stays cheap), so the launcher can check a CSV in a
+streaming pass and the pipeline can read it with the very same code.
+"""
+
+import codecs
+import csv
+import dataclasses
+import hashlib
+import math
+import posixpath
+import re
+
+from tf_serving_input import failures
+
+DEFAULT_SPLIT = "train"
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# What a label may not hold: TFT's vocabulary file is newline-delimited (a label with a line break
+# would silently get id -1), and PostgreSQL text cannot hold NUL.
+_LABEL_BREAKERS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a carriage return",
+                   "\x0b": "a vertical tab", "\x0c": "a form feed", "\x1c": "a file separator",
+                   "\x1d": "a group separator", "\x1e": "a record separator", "\x85": "a next-line character",
+                   "\u2028": "a line separator", "\u2029": "a paragraph separator"}
+# A shard holds about this many rows unless --num_shards says otherwise.
+ROWS_PER_SHARD = 1000
+# Small splits still get a few shards, so that several workers share them.
+MIN_AUTO_SHARDS = 8
+# Never read more than this from one image file: a huge file is refused, not loaded.
+DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+class CsvError(ValueError):
+    """The CSV cannot be used at all; the message names the file, the line and the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One data row of the CSV, as the pipeline carries it (never pixels).
+
+    Attributes:
+      index: 0-based position among the data rows.
+      line: 1-based line of the CSV where the row starts (for messages).
+      source: the path exactly as written in the CSV.
+      path: `source` resolved against the CSV's folder when relative.
+      label: the label text, '' when unlabeled.
+      split: the split name ('train' when the CSV has no split column).
+      key: stable hexadecimal key of the row (see `row_key`).
+    """
+
+    index: int
+    line: int
+    source: str
+    path: str
+    label: str
+    split: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CsvColumns:
+    """Which CSV columns hold the path, the label and the split."""
+
+    path: str = "path"
+    label: str = "label"
+    split: str = "split"
+
+
+@dataclasses.dataclass
+class CsvSummary:
+    """What the launcher learned from its validation pass over the CSV."""
+
+    rows: int
+    rows_per_split: dict
+    has_label: bool
+    has_split: bool
+
+
+def row_key(index, source):
+    """A stable key for a data row: the same on every run, process and machine.
+
+    Built from the row's position and its path, so duplicate rows still get
+    distinct keys; never from Python's hash(), which changes between processes.
+    """
+    digest = hashlib.sha256(f"{index}\x00{source}".encode("utf-8")).hexdigest()
+    return digest[:16]
+
+
+def shard_of(key, num_shards):
+    """The shard (0..num_shards-1) a row key belongs to."""
+    return int(key, 16) % num_shards
+
+
+def auto_num_shards(rows):
+    """Default shard count for a split of `rows` rows.
+
+    Depends only on the row count, never on the machine, so outputs are the
+    same whatever the worker count.
+    """
+    if rows <= 0:
+        return 0
+    return min(rows, max(MIN_AUTO_SHARDS, math.ceil(rows / ROWS_PER_SHARD)))
+
+
+def resolve_path(source, csv_path):
+    """Resolves a relative `source` against the folder of `csv_path`; URIs and absolute paths pass."""
+    if "://" in source or source.startswith("/"):
+        return source
+    base = posixpath.dirname(csv_path) if "://" in csv_path else None
+    if base is not None:
+        return f"{base.rstrip('/')}/{source}"
+    import os  # Local CSV: the OS decides what a folder is.
+
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(csv_path)), source))
+
+
+def _open(csv_path):
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    return FileSystems.open(csv_path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+def _lines(raw, csv_path):
+    """Yields the file's text lines, decoding each as UTF-8 so an error names its line."""
+    line_number = 0
+    for line_number, data in enumerate(iter(raw.readline, b""), start=1):
+        if line_number == 1 and data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8):]
+        try:
+            yield data.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CsvError(f"{csv_path}: line {line_number}: not valid UTF-8 ({error.reason} at "
+                           f"byte {error.start + 1} of the line); save the CSV as UTF-8") from None
+
+
+def iter_rows(csv_path, columns=CsvColumns()):
+    """Yields every data row of the CSV as a `Row`, in file order.
+
+    Raises CsvError (naming the file, the line and the reason) when the file
+    cannot be read, is not UTF-8, has no header or lacks the path column.
+    Blank lines are skipped; extra columns are ignored; a row shorter than the
+    header gets '' for the missing fields (an empty path then fails that row).
+    """
+    try:
+        raw = _open(csv_path)
+    except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
+        raise CsvError(f"{csv_path}: cannot open the CSV: {error}") from None
+    with raw:
+        reader = csv.reader(_lines(raw, csv_path), strict=True)
+        try:
+            header = next(reader, None)
+        except csv.Error as error:
+            raise CsvError(f"{csv_path}: line 1: malformed header: {error}") from None
+        while header is not None and not any(cell.strip() for cell in header):
+            header = next(reader, None)
+        if header is None:
+            raise CsvError(f"{csv_path}: the file is empty; expected a header row with a "
+                           f"'{columns.path}' column, then one row per image")
+        names = [cell.strip() for cell in header]
+        if columns.path not in names:
+            raise CsvError(f"{csv_path}: line {reader.line_num}: no '{columns.path}' column in the header "
+                           f"{names}; name the path column with --path_column")
+        path_at = names.index(columns.path)
+        label_at = names.index(columns.label) if columns.label in names else None
+        split_at = names.index(columns.split) if columns.split in names else None
+
+        index = 0
+        start_line = reader.line_num + 1
+        try:
+            for cells in reader:
+                line, start_line = start_line, reader.line_num + 1
+                if not any(cell.strip() for cell in cells):
+                    continue  # Blank line.
+                row = _make_row(csv_path, cells, line, index, path_at, label_at, split_at)
+                index += 1
+                yield row
+        except csv.Error as error:
+            raise CsvError(f"{csv_path}: line {start_line}: malformed CSV: {error}") from None
+
+
+def _make_row(csv_path, cells, line, index, path_at, label_at, split_at):
+    def cell(at):
+        return cells[at] if at is not None and at < len(cells) else ""
+
+    split = cell(split_at).strip() or DEFAULT_SPLIT
+    if not _SPLIT_NAME.match(split):
+        raise CsvError(f"{csv_path}: line {line}: split {split!r} is not a valid split name "
+                       "(letters, digits, '_' and '-' only)")
+    label = cell(label_at)
+    bad = next((char for char in label if char in _LABEL_BREAKERS), None)
+    if bad is not None:
+        raise CsvError(f"{csv_path}: line {line}: label {label[:60]!r} holds {_LABEL_BREAKERS[bad]}, which a label "
+                       "cannot hold (the statistics' vocabulary is one label per line, and the database's text "
+                       "cannot hold NUL): remove it")
+    source = cell(path_at)
+    return Row(index=index, line=line, source=source,
+               path=resolve_path(source, csv_path) if source.strip() else "",
+               label=label, split=split, key=row_key(index, source))
+
+
+def read_header(csv_path):
+    """The column names of the CSV's header row (stripped); [] for an empty file."""
+    with _open(csv_path) as raw:
+        for cells in csv.reader(_lines(raw, csv_path)):
+            if any(cell.strip() for cell in cells):
+                return [cell.strip() for cell in cells]
+    return []
+
+
+def summarize_csv(csv_path, columns=CsvColumns()):
+    """Reads the whole CSV once and returns a CsvSummary, or raises CsvError.
+
+    This is the launcher's check before any work starts: a CSV that the
+    pipeline would choke on is refused here with the line that is wrong.
+    """
+    per_split = {}
+    rows = 0
+    for row in iter_rows(csv_path, columns):
+        rows += 1
+        per_split[row.split] = per_split.get(row.split, 0) + 1
+    if rows == 0:
+        raise CsvError(f"{csv_path}: the CSV has a header but no data rows")
+    header = read_header(csv_path)
+    return CsvSummary(rows=rows, rows_per_split=dict(sorted(per_split.items())),
+                      has_label=columns.label in header, has_split=columns.split in header)
+
+
+def shard_counts_for(num_shards, csv_summary):
+    """Shards per split: `num_shards` for each (the --num_shards flag), or a count from the split's size."""
+    return {split: num_shards or auto_num_shards(rows) for split, rows in csv_summary.rows_per_split.items()}
+
+
+def assign_shard(row, shard_counts):
+    """Row -> ((split, shard_index), Row), by a stable hash of the row's key."""
+    return (row.split, shard_of(row.key, shard_counts[row.split])), row
+
+
+def all_shard_keys(shard_counts):
+    """Every (split, shard_index) the output must contain, so empty shards are written too."""
+    return [(split, index) for split, count in sorted(shard_counts.items()) for index in range(count)]
+
+
+def _drop_placeholders(element):
+    shard, rows = element
+    return shard, [row for row in rows if row is not None]
+
+
+def group_rows_by_shard(pipeline, input_csv, columns, shard_counts):
+    """The CSV's rows grouped by shard, every shard present (empty ones too): ((split, index), [Row]).
+
+    Only rows (paths and labels) cross the shuffle, never pixels.
+    """
+    import apache_beam as beam
+
+    rows = (pipeline
+            | "CsvPath" >> beam.Create([input_csv])
+            | "ReadCsv" >> beam.FlatMap(iter_rows, columns)
+            # Row
+            | "AssignShard" >> beam.Map(assign_shard, shard_counts))
+            # ((split, shard_index), Row)
+    placeholders = (pipeline
+                    | "ShardKeys" >> beam.Create([(key, None) for key in all_shard_keys(shard_counts)]))
+                    # ((split, shard_index), None)
+    return ((rows, placeholders)
+            | "MergeShardKeys" >> beam.Flatten()
+            | "GroupShards" >> beam.GroupByKey()
+            # ((split, shard_index), [Row | None])
+            | "DropPlaceholders" >> beam.Map(_drop_placeholders))
+            # ((split, shard_index), [Row])
+
+
+def failure_record(row, failure):
+    """The errors.jsonl entry of a failed Row."""
+    return {"source": row.source, "key": row.key, "line": row.line, "split": row.split,
+            "reason": failure.reason, "detail": failure.detail}
+
+
+def _refuse_special_file(path):
+    """A local path naming a FIFO, a device or a socket fails its row: reading one could block forever."""
+    import os
+    import stat
+
+    if "://" in path and not path.startswith("file://"):
+        return
+    try:
+        mode = os.stat(path.removeprefix("file://")).st_mode
+    except (OSError, ValueError):
+        return  # Absent or unreadable: the open below says which.
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else \
+            "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+        raise failures.RowFailure(failures.READ_ERROR, f"{path} is {kind}, not a regular file")
+
+
+def _exists(path):
+    from apache_beam.io.filesystems import FileSystems
+
+    try:
+        return FileSystems.exists(path)
+    except Exception:  # noqa: BLE001 - cannot tell: say it exists, so the read error is reported.
+        return True
+
+
+def read_image_bytes(path, max_bytes=DEFAULT_MAX_FILE_BYTES):
+    """The bytes of a file, through Beam's filesystems (any scheme); raises RowFailure."""
+    from apache_beam.io.filesystem import CompressionTypes
+    from apache_beam.io.filesystems import FileSystems
+
+    if not path:
+        raise failures.RowFailure(failures.FILE_NOT_FOUND, "the row's path is empty")
+    _refuse_special_file(path)
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise failures.RowFailure(failures.FILE_NOT_FOUND, path) from None
+    except IsADirectoryError:
+        raise failures.RowFailure(failures.READ_ERROR, f"{path} is a directory, not a file") from None
+    except Exception as error:  # noqa: BLE001 - remote filesystems wrap errors in their own types.
+        if not _exists(path):
+            raise failures.RowFailure(failures.FILE_NOT_FOUND, path) from None
+        text = str(error).strip().splitlines()
+        raise failures.RowFailure(failures.READ_ERROR,
+                                  f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")) from None
+    if len(data) > max_bytes:
+        raise failures.RowFailure(failures.TOO_LARGE_FILE, f"more than --max_file_bytes={max_bytes} bytes")
+    if not data:
+        raise failures.RowFailure(failures.EMPTY_FILE, "0 bytes")
+    return data

@@ -1,0 +1,458 @@
+"""PostgreSQL + pgvector: connections, the predictions table, what it holds, loading and searching.
+
+`--database embedded` is a real PostgreSQL server (with pgvector) in a data
+folder, on a private Unix socket (`embedded_server.py`); any `postgresql://`
+URL points at a standing server instead (at scale: Cloud SQL, AlloyDB).
+
+**What a table holds.** Image keys are the job's (`source.row_key`: the CSV
+row and its path as written), so two datasets can share keys. A table's rows
+are therefore keyed by (dataset, key), where the dataset id names the input
+the predictions were made from (its content: the job's shard checksums, or the
+CSV's content and folder). The table `beam_image_pipeline_datasets` records,
+per table, every dataset loaded and the export (its SHA-256) that made the
+embeddings. Loading another export into a table is refused; loading another
+dataset is refused unless asked (`--append`), and then its rows sit beside the
+others, never replacing them.
+
+**Loading** is an upsert: each Parquet shard is copied (binary COPY) into a
+temporary staging table and merged with INSERT ... ON CONFLICT (dataset, key)
+DO UPDATE in one transaction, so a rerun, a resumed run or a retried bundle
+leaves exactly one row per image. A row holding text PostgreSQL cannot store
+(a NUL byte) is left out and reported; it never fails the shard. Creating the
+table and the index runs under an advisory lock, so concurrent loads wait for
+each other instead of colliding.
+
+**Names.** Table names are lower case `[a-z_][a-z0-9_]*` of at most 63 bytes
+(PostgreSQL would truncate longer ones silently, and fold or quote mixed case
+depending on how it is written). Index names end in `_embedding_hnsw`, which
+no table name may, so they never collide. Messages name the target, never a
+password (`redact`).
+"""
+
+import hashlib
+import re
+import urllib.parse
+
+from beam_pipeline.common.embeddings import embedding_type as embedding_type_named
+from beam_pipeline.common.embeddings import of_bit_width
+from beam_pipeline.common.redact import redact, register_url
+
+EMBEDDED = "embedded"
+NONE = "none"
+DATASETS_TABLE = "beam_image_pipeline_datasets"
+MAX_NAME_BYTES = 63
+INDEX_SUFFIX = "_embedding_hnsw"
+_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+# hnsw.ef_search is at most 1000: k beyond it cannot be served by the index.
+MAX_K = 1000
+# The candidate list HNSW keeps while searching. pgvector's default (40) gave recall@10 of 0.90 on
+# 8,000 256-d embeddings of similar images (shared/DESIGN.md); on 8,000 synthetic 256-d vectors in a
+# narrow cone it gave 0.985, and 100 gave 0.998 (tests/test_database.py checks >= 0.95 on 6,000).
+MIN_EF_SEARCH = 100
+# An id for the advisory lock that serializes DDL on one table (with the table's name hashed beside it).
+_LOCK_NAMESPACE = 0x6269_7000
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be used as asked; the message names the target (never a password)."""
+
+
+class TableRefused(DatabaseError):
+    """The table cannot take these predictions (another dataset, another export, another type)."""
+
+
+class TableNameError(ValueError):
+    """A table name that breaks the naming rule; the message says which rule."""
+
+
+def describe(url):
+    """A database URL without its password, for messages."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return redact(url)
+    parts = urllib.parse.urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port:
+        netloc += f":{parts.port}"
+    if parts.username:
+        netloc = f"{parts.username}@{netloc}"
+    socket_dir = urllib.parse.parse_qs(parts.query).get("host", [""])[0]
+    where = f" (socket in {socket_dir})" if socket_dir else ""
+    return f"{parts.scheme}://{netloc}{parts.path}{where}"
+
+
+def database_flag_problem(value, allow_none=True):
+    """Why a --database value cannot be used (one line, no password), or None when it can."""
+    choices = "'embedded', 'none' or a postgresql:// URL" if allow_none else "'embedded' or a postgresql:// URL"
+    if value == EMBEDDED or (allow_none and value == NONE):
+        return None
+    register_url(value)
+    if not value.startswith(("postgresql://", "postgres://")):
+        return f"--database must be {choices}, not {redact(value)[:200]!r}"
+    try:
+        parts = urllib.parse.urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number.
+    except ValueError as error:
+        return f"--database {describe_unparsed(value)} is not a valid postgresql:// URL ({error})"
+    return None
+
+
+def describe_unparsed(url):
+    """A URL that urllib cannot split, for messages: scheme and what follows '@', never what precedes it."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://...@{rest.rsplit('@', 1)[1]}" if "@" in rest else redact(url)
+
+
+# ---------------------------------------------------------------------- names
+def check_table_name(name):
+    """Returns `name` if it is a valid table name; raises TableNameError saying why not."""
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise TableNameError(f"table name {name[:80]!r} is {len(name.encode('utf-8'))} bytes long; PostgreSQL "
+                             f"keeps at most {MAX_NAME_BYTES}: choose a shorter --table")
+    if not _NAME.match(name):
+        raise TableNameError(f"table name {name[:80]!r} must be lower case letters, digits and '_', not starting "
+                             "with a digit (PostgreSQL folds or quotes other names depending on how they are "
+                             "written, so one name could mean two tables)")
+    if name.endswith(INDEX_SUFFIX) or name == DATASETS_TABLE:
+        raise TableNameError(f"table name {name!r} is reserved: names ending in {INDEX_SUFFIX!r} are the "
+                             f"project's index names, and {DATASETS_TABLE} its record of what tables hold")
+    return name
+
+
+def _short_hash(text, length=8):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def table_name(text):
+    """A valid table name derived from free text (e.g. the output folder's name); long ones end in a hash."""
+    name = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "images"
+    if name[0].isdigit():
+        name = f"t_{name}"
+    if name.endswith(INDEX_SUFFIX) or name == DATASETS_TABLE:
+        name = f"{name}_t"
+    if len(name) > MAX_NAME_BYTES:
+        name = f"{name[:MAX_NAME_BYTES - 9]}_{_short_hash(text)}"
+    return check_table_name(name)
+
+
+def index_name(table):
+    """The HNSW index's name for `table`: never a valid table name, so never equal to one."""
+    if len(table) + len(INDEX_SUFFIX) <= MAX_NAME_BYTES:
+        return f"{table}{INDEX_SUFFIX}"
+    keep = MAX_NAME_BYTES - len(INDEX_SUFFIX) - 9
+    return f"{table[:keep]}_{_short_hash(table)}{INDEX_SUFFIX}"
+
+
+# ---------------------------------------------------------------------- connections
+def connect(url):
+    """A psycopg connection with pgvector's types registered; DatabaseError naming the target otherwise."""
+    import psycopg
+
+    register_url(url)
+    try:
+        connection = psycopg.connect(url, connect_timeout=10)
+    except psycopg.Error as error:
+        raise DatabaseError(f"cannot connect to {describe(url)}: {redact(str(error).strip())}") from None
+    try:
+        from pgvector.psycopg import register_vector
+
+        register_vector(connection)
+    except psycopg.ProgrammingError:
+        connection.rollback()  # The extension is created by `prepare_table`; registered again there.
+    return connection
+
+
+def _lock_table(connection, table):
+    """Holds, until the transaction ends, the advisory lock that serializes DDL and bookkeeping on `table`."""
+    connection.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_NAMESPACE, table))
+
+
+def embedding_type(connection, table):
+    """The table's embedding column type ('vector(24)', 'halfvec(128)'), or None when there is no such table."""
+    found = connection.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = to_regclass(quote_ident(%s)) "
+        "AND attname = 'embedding' AND NOT attisdropped", (table,)).fetchone()
+    return found[0] if found else None
+
+
+def vector_type(embedding_size, embedding_dtype):
+    """The pgvector column type of embeddings of this size and dtype."""
+    return embedding_type_named(embedding_dtype).column_type(embedding_size)
+
+
+def table_columns(embedding_size, embedding_dtype):
+    """[(column, PostgreSQL type)] of a predictions table: `dataset`, then the Parquet schema's columns.
+
+    Derived from `common.predictions.schema`, so the table follows the Parquet files it loads.
+    """
+    from beam_pipeline.common import predictions
+
+    return [("dataset", "text")] + [(field.name, _postgres_type(field.type))
+                                    for field in predictions.schema(embedding_size, embedding_dtype)]
+
+
+def _postgres_type(arrow_type):
+    import pyarrow as pa
+
+    if pa.types.is_fixed_size_list(arrow_type):
+        return of_bit_width(arrow_type.value_type.bit_width).column_type(arrow_type.list_size)
+    element = arrow_type.value_type if pa.types.is_list(arrow_type) else arrow_type
+    scalar = {pa.string(): "text", pa.int32(): "int4", pa.float32(): "float4"}[element]
+    return f"{scalar}[]" if pa.types.is_list(arrow_type) else scalar
+
+
+def prepare_table(url, table, embedding_size, embedding_dtype, dataset, append=False):
+    """Creates the extension and the table if needed and records `dataset` in it; refuses what does not fit.
+
+    `dataset`: {"id", "source", "model_sha256", "model_dir"}. Refused (TableRefused, one line naming
+    both): a table of another embedding type, one holding another export's embeddings, or, unless
+    `append`, another dataset.
+    """
+    import psycopg
+    from pgvector.psycopg import register_vector
+    from psycopg import sql
+
+    wanted = vector_type(embedding_size, embedding_dtype)
+    with connect(url) as connection:
+        try:
+            with connection.transaction():
+                # What every table shares, made once under one database-wide lock: concurrent
+                # CREATE ... IF NOT EXISTS of one name collide (UniqueViolation on pg_type).
+                connection.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
+                connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.Error as error:
+            raise DatabaseError(f"{describe(url)} has no pgvector extension (CREATE EXTENSION vector: "
+                                f"{redact(str(error).strip())}); install pgvector there, or use "
+                                "--database embedded") from None
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(%s, 0)", (_LOCK_NAMESPACE,))
+            connection.execute(sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (table_name text NOT NULL, dataset text NOT NULL, source text NOT NULL, "
+                "model_sha256 text NOT NULL, model_dir text NOT NULL, loaded timestamptz NOT NULL DEFAULT now(), "
+                "PRIMARY KEY (table_name, dataset))").format(sql.Identifier(DATASETS_TABLE)))
+        register_vector(connection)
+        with connection.transaction():
+            _lock_table(connection, table)
+            if not _check_table(connection, url, table, wanted, dataset, append):
+                columns = [sql.SQL("{} {} NOT NULL").format(sql.Identifier(name), sql.SQL(kind))
+                           for name, kind in table_columns(embedding_size, embedding_dtype)]
+                connection.execute(sql.SQL("CREATE TABLE {} ({}, PRIMARY KEY (dataset, key))").format(
+                    sql.Identifier(table), sql.SQL(", ").join(columns)))
+                connection.execute(sql.SQL("DELETE FROM {} WHERE table_name = %s").format(
+                    sql.Identifier(DATASETS_TABLE)), (table,))  # Left by a table dropped by hand.
+            connection.execute(sql.SQL(
+                "INSERT INTO {} (table_name, dataset, source, model_sha256, model_dir) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (table_name, dataset) DO NOTHING").format(sql.Identifier(DATASETS_TABLE)),
+                (table, dataset["id"], dataset["source"], dataset["model_sha256"], dataset["model_dir"]))
+
+
+def check_table_accepts(url, table, embedding_size, embedding_dtype, dataset, append=False):
+    """Raises TableRefused when `table` exists and cannot take `dataset` (prepare_table's check); writes nothing.
+
+    The predict job asks before predicting, so that a refusal costs no work.
+    """
+    with connect(url) as connection:
+        _check_table(connection, url, table, vector_type(embedding_size, embedding_dtype), dataset, append)
+        connection.rollback()
+
+
+def _check_table(connection, url, table, wanted, dataset, append):
+    """Whether `table` exists; TableRefused (one line naming both sides) when it cannot take `dataset`."""
+    from psycopg import sql
+
+    found = embedding_type(connection, table)
+    if found is None:
+        return False
+    where = f"table {table} in {describe(url)}"
+    if found != wanted:
+        raise TableRefused(f"{where} holds embeddings of type {found}, not {wanted}: choose another --table, or "
+                           "drop that one")
+    holds = []
+    if connection.execute("SELECT to_regclass(%s) IS NOT NULL", (DATASETS_TABLE,)).fetchone()[0]:
+        holds = connection.execute(
+            sql.SQL("SELECT dataset, source, model_sha256, model_dir FROM {} WHERE table_name = %s ORDER BY loaded")
+            .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
+    if not holds:
+        raise TableRefused(f"{where} was not made by this version of the predict job (it records no datasets): "
+                           "choose another --table, or drop that one")
+    first_id, first_source, model_sha256, model_dir = holds[0]
+    if model_sha256 != dataset["model_sha256"]:
+        raise TableRefused(f"{where} holds embeddings of the export {model_dir} (SHA-256 {model_sha256[:12]}), "
+                           f"not of {dataset['model_dir']} (SHA-256 {dataset['model_sha256'][:12]}); embeddings "
+                           "of two models cannot be searched together: choose another --table, or drop that one")
+    if dataset["id"] in {row[0] for row in holds} or append:
+        return True
+    others = f" and {len(holds) - 1} more" if len(holds) > 1 else ""
+    raise TableRefused(f"{where} holds the dataset {first_id} from {first_source}{others}, not {dataset['id']} "
+                       f"from {dataset['source']}: pass --append to add it beside them (rows of two datasets "
+                       "never replace each other), or choose another --table")
+
+
+def datasets_in(connection, table):
+    """[(dataset id, source)] of what `table` holds, in the order they were loaded."""
+    from psycopg import sql
+
+    return connection.execute(sql.SQL("SELECT dataset, source FROM {} WHERE table_name = %s ORDER BY loaded")
+                              .format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchall()
+
+
+def table_export(connection, table):
+    """(SHA-256, folder) of the export whose embeddings `table` holds, or None when it records none."""
+    from psycopg import sql
+
+    if not connection.execute("SELECT to_regclass(%s) IS NOT NULL", (DATASETS_TABLE,)).fetchone()[0]:
+        return None
+    return connection.execute(sql.SQL("SELECT model_sha256, model_dir FROM {} WHERE table_name = %s ORDER BY loaded "
+                                      "LIMIT 1").format(sql.Identifier(DATASETS_TABLE)), (table,)).fetchone()
+
+
+# ---------------------------------------------------------------------- loading
+def unstorable_rows(arrow_table):
+    """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte), in any text column."""
+    import pyarrow as pa
+
+    found = {}
+    for field in arrow_table.schema:
+        if pa.types.is_string(field.type):
+            texts = arrow_table.column(field.name).to_pylist()
+        elif pa.types.is_list(field.type) and pa.types.is_string(field.type.value_type):
+            texts = ["".join(values) for values in arrow_table.column(field.name).to_pylist()]
+        else:
+            continue
+        for index, value in enumerate(texts):
+            if "\x00" in value:
+                found.setdefault(index, f"its {field.name} holds a NUL byte, which PostgreSQL text cannot store")
+    return found
+
+
+def upsert_table(connection, table, dataset_id, arrow_table):
+    """Upserts an Arrow table of predictions (prediction_shards' schema) in one transaction.
+
+    Returns (rows upserted, {row index: why it was left out}).
+    """
+    from psycopg import sql
+
+    left_out = unstorable_rows(arrow_table)
+    keep = [index for index in range(len(arrow_table)) if index not in left_out]
+    if not keep:  # An empty shard (more shards than rows), or nothing storable: nothing to send.
+        return 0, left_out
+
+    embeddings = arrow_table.column("embedding").combine_chunks()
+    kind = of_bit_width(embeddings.type.value_type.bit_width)
+    columns = table_columns(embeddings.type.list_size, kind.name)
+    values = {name: arrow_table.column(name).to_pylist() for name, _ in columns[1:-1]}
+    stage = sql.Identifier(f"stage_{table}"[:MAX_NAME_BYTES])
+    target = sql.Identifier(table)
+    names = sql.SQL(", ").join(sql.Identifier(name) for name, _ in columns)
+    updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name))
+                                 for name, _ in columns[2:])
+    matrix = embeddings.values.to_numpy(zero_copy_only=False).reshape(len(arrow_table), -1)
+    with connection.transaction():
+        connection.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS").format(
+            stage, target))
+        with connection.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+                stage, names)) as copy:
+            copy.set_types([kind.pgvector if name == "embedding" else type_ for name, type_ in columns])
+            for row in keep:
+                copy.write_row([dataset_id] + [values[name][row] for name, _ in columns[1:-1]]
+                               + [kind.to_database(matrix[row])])
+        # In key order: two loads of the same rows at once then take their row locks in one order.
+        connection.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY key "
+                                   "ON CONFLICT (dataset, key) DO UPDATE SET {}").format(
+            target, names, names, stage, updates))
+    return len(keep), left_out
+
+
+def create_index(url, table, embedding_dtype):
+    """Builds the HNSW cosine index on the embeddings if it does not exist; returns its definition (pg_indexes)."""
+    from psycopg import sql
+
+    operators = embedding_type_named(embedding_dtype).operator_class
+    name = index_name(table)
+    with connect(url) as connection:
+        with connection.transaction():
+            _lock_table(connection, table)
+            connection.execute("SET LOCAL maintenance_work_mem = '512MB'")
+            connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding {})").format(
+                sql.Identifier(name), sql.Identifier(table), sql.SQL(operators)))
+            connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+        definition = index_definition(connection, table)
+    if definition is None or "USING hnsw" not in definition:
+        raise DatabaseError(f"no HNSW index on table {table} in {describe(url)} after creating {name}")
+    return definition
+
+
+def index_definition(connection, table):
+    """The definition of `table`'s HNSW index as pg_indexes gives it, or None when there is none."""
+    found = connection.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                               "AND tablename = %s AND indexname = %s", (table, index_name(table))).fetchone()
+    return found[0] if found else None
+
+
+def count_rows(url, table, dataset_id=None):
+    """Rows in `table` (of one dataset when `dataset_id` is given)."""
+    from psycopg import sql
+
+    with connect(url) as connection:
+        if dataset_id is None:
+            return connection.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))).fetchone()[0]
+        return connection.execute(sql.SQL("SELECT count(*) FROM {} WHERE dataset = %s").format(
+            sql.Identifier(table)), (dataset_id,)).fetchone()[0]
+
+
+def vector_tables(url):
+    """Tables holding an 'embedding' vector or halfvec column."""
+    with connect(url) as connection:
+        return [name for (name,) in connection.execute(
+            "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE a.attname = 'embedding' AND c.relkind = 'r' AND n.nspname = current_schema() "
+            "AND format_type(a.atttypid, a.atttypmod) ~ '^(vector|halfvec)' ORDER BY 1")]
+
+
+# ---------------------------------------------------------------------- searching
+def nearest(connection, table, vector, k, exact=False, dataset_id=None, explain=False):
+    """The k rows nearest `vector` by cosine distance: [(key, source, path, label, distance)].
+
+    Uses the HNSW index (ef_search at least MIN_EF_SEARCH and 2k, at most MAX_K) unless `exact`;
+    only rows of one dataset when `dataset_id` is given. `explain`: the plan PostgreSQL chooses for
+    this very query, as text, instead of its rows.
+    """
+    from psycopg import sql
+
+    if not 1 <= k <= MAX_K:
+        raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
+    kind = embedding_type(connection, table)
+    if kind is None:
+        raise DatabaseError(f"no table {table} with embeddings here")
+    cast = sql.SQL(kind.split("(")[0])
+    where = sql.SQL("WHERE dataset = %s ") if dataset_id is not None else sql.SQL("")
+    parameters = [vector] + ([dataset_id] if dataset_id is not None else []) + [vector, k]
+    with connection.transaction():
+        connection.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
+            sql.Literal(min(MAX_K, max(MIN_EF_SEARCH, 2 * k)))))
+        if dataset_id is not None:
+            connection.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        if exact:
+            connection.execute("SET LOCAL enable_indexscan = off")
+        rows = connection.execute(sql.SQL(
+            "{}SELECT key, source, path, label, embedding <=> %s::{} AS distance FROM {} {}"
+            "ORDER BY embedding <=> %s::{} LIMIT %s").format(sql.SQL("EXPLAIN " if explain else ""), cast,
+                                                            sql.Identifier(table), where, cast),
+            parameters).fetchall()
+    return "\n".join(row[0] for row in rows) if explain else rows
+
+
+def resolve(database, database_dir):
+    """(url, EmbeddedServer or None) for a --database value; starts (or joins) the embedded server when asked.
+
+    An EmbeddedServer returned holds a lease: call its `release()` when done.
+    """
+    if database == EMBEDDED:
+        from beam_pipeline.database.server import EmbeddedServer, default_database_dir
+
+        server = EmbeddedServer(database_dir or default_database_dir())
+        return server.start(), server
+    problem = database_flag_problem(database, allow_none=False)
+    if problem:
+        raise DatabaseError(problem)
+    return database, None

@@ -1,0 +1,1 @@
+"""The predict job: a serving export over every image -> Parquet shards -> PostgreSQL + pgvector."""

@@ -1,0 +1,363 @@
+"""Assembles the predict pipeline: input shards -> batches -> RunInference -> Parquet shards.
+
+    shard tasks (input_dir: the job's shards; input_csv: rows grouped by a stable hash of their key)
+      -> ReadBatches (per shard, in row order; shards an earlier run finished are skipped)
+      -> RunInference (our handler on prebuilt batches)
+      -> WritePredictionShards (a shard's Parquet file once all its rows are in)
+
+Only shard names and rows (paths) cross a shuffle. A shard's batches are made
+by one ReadBatches call, so they and their predictions stay in one bundle of
+one fused stage up to the writer: it holds one shard's predictions at a time,
+never the dataset's. Were a runner to split a shard's rows over bundles, the
+writer fails the bundle, naming the shard, rather than write it incomplete.
+"""
+
+import dataclasses
+import hashlib
+import os
+import time
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
+
+from beam_pipeline.common import rows as csv_source
+from beam_pipeline.common.records import DamagedRecords, read_records
+from beam_pipeline.common.rows import failure_record, read_image_bytes
+from beam_pipeline.common.shard_file import ShardFileWriter, read_status, read_verified, write_json
+from beam_pipeline.predict.inference import EMPTY_SHARD, ExportModelHandler, RowRef
+from tf_serving_input import failures, features
+from tf_serving_input.layout import PredictionLayout, shard_name, shard_stem
+
+# A prediction shard's status says so when its input shard failed verification: it is redone on resume.
+INPUT_DAMAGED = "input_damaged"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What the pipeline needs to know of the export: which signature, its input, labels, embedding size."""
+
+    signature: str
+    input_name: str
+    vocabulary: list
+    embedding_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordShard:
+    """An input shard of the preprocessing job: its output name, split, file, record count and checksum."""
+
+    name: str
+    split: str
+    path: str
+    rows: int
+    file: str = ""  # As the job's manifest names it (relative to the job's folder), for messages.
+    bytes: int = None
+    sha256: str = None
+
+
+def record_shards(job_layout, job_manifest):
+    """The RecordShards of a job's output, from its manifest."""
+    return [RecordShard(name=shard_stem(shard["file"]), split=shard["split"],
+                        path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
+                        bytes=shard.get("bytes"), sha256=shard.get("sha256"))
+            for shard in job_manifest["shards"]]
+
+
+class _HashingReader:
+    """A file object's reads, counted and hashed on the way."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.sha256 = hashlib.sha256()
+        self.bytes = 0
+
+    def read(self, size):
+        data = self._stream.read(size)
+        self.sha256.update(data)
+        self.bytes += len(data)
+        return data
+
+
+def damaged_shard(shard):
+    """Why a job's shard cannot be trusted (a RowFailure for each of its rows), or None when it verifies.
+
+    One streaming pass: the file's size and SHA-256 against the job's manifest, and every
+    record's framing CRCs, so that a changed byte (a key, a pixel, a length) is never predicted.
+    """
+    where = f"job shard {shard.file or shard.path}"
+    try:
+        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            reader = _HashingReader(f)
+            count = 0
+            try:
+                for _ in read_records(reader):
+                    count += 1
+                problem = None
+            except DamagedRecords as error:
+                problem = f"{where} is {error}"
+            while reader.read(1 << 20):
+                pass  # The rest of the file still counts for its size and checksum.
+    except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
+        return failures.RowFailure(failures.INPUT_SHARD_DAMAGED, f"{where} cannot be read: {error}")
+    if shard.bytes is not None and reader.bytes < shard.bytes:
+        problem = f"{where} is truncated: {reader.bytes} of the {shard.bytes} bytes the job's manifest records"
+    elif shard.bytes is not None and reader.bytes != shard.bytes:
+        problem = f"{where} has {reader.bytes} bytes, not the {shard.bytes} the job's manifest records"
+    elif shard.sha256 is not None and reader.sha256.hexdigest() != shard.sha256:
+        problem = f"{where} does not match the SHA-256 in the job's manifest (a changed byte)"
+    elif problem is None and count != shard.rows:
+        problem = f"{where} holds {count} records, not the {shard.rows} the job's manifest records"
+    if problem is None:
+        return None
+    return failures.RowFailure(failures.INPUT_SHARD_DAMAGED,
+                               f"{problem}; rerun the preprocessing job (the same command) to rewrite it")
+
+
+def _batches(items, batch_size):
+    for start in range(0, len(items), batch_size):
+        yield items[start:start + batch_size]
+
+
+def _empty_shard_batch(name, split):
+    return [[(RowRef(shard=name, index=-1, total=0, split=split), EMPTY_SHARD)]]
+
+
+class ReadRecordBatches(beam.DoFn):
+    """RecordShard -> batches of (RowRef, serialized tf.train.Example) in the shard's order."""
+
+    def __init__(self, output_dir, batch_size, csv_path):
+        self._layout = PredictionLayout(output_dir)
+        self._batch_size = batch_size
+        self._csv_path = csv_path  # The job's CSV: image paths in records resolve against it.
+
+    def process(self, shard):
+        import tensorflow as tf
+
+        finished = read_verified(self._layout, shard.name, shard.rows)
+        if finished and not finished[0].get(INPUT_DAMAGED):
+            return  # An earlier run finished it.
+        if shard.rows == 0:
+            yield from _empty_shard_batch(shard.name, shard.split)
+            return
+        damage = damaged_shard(shard)
+        if damage is not None:  # Not predicted: each of its rows is reported as failed, with why.
+            refs = [RowRef(shard=shard.name, index=index, total=shard.rows, source=shard.file or shard.path,
+                           split=shard.split) for index in range(shard.rows)]
+            for batch in _batches(refs, self._batch_size):
+                yield [(ref, damage) for ref in batch]
+            return
+        items = []
+        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            for index, record in enumerate(read_records(f)):
+                feature = tf.train.Example.FromString(record).features.feature
+
+                def text(key, feature=feature):
+                    return feature[key].bytes_list.value[0].decode("utf-8")
+
+                source = text(features.IMAGE_SOURCE)
+                ref = RowRef(shard=shard.name, index=index, total=shard.rows, key=text(features.IMAGE_KEY),
+                             source=source, path=csv_source.resolve_path(source, self._csv_path),
+                             split=shard.split, label=text(features.LABEL_TEXT))
+                items.append((ref, record))
+                if len(items) == self._batch_size:
+                    yield items
+                    items = []
+        if items:
+            yield items
+
+
+class ReadImageBatches(beam.DoFn):
+    """((split, shard index), [Row]) -> batches of (RowRef, image file bytes or RowFailure), CSV order."""
+
+    def __init__(self, output_dir, batch_size, shard_counts, max_file_bytes):
+        self._layout = PredictionLayout(output_dir)
+        self._batch_size = batch_size
+        self._shard_counts = dict(shard_counts)
+        self._max_file_bytes = max_file_bytes
+
+    def process(self, element):
+        (split, index), rows = element
+        rows = sorted(rows, key=lambda row: row.index)
+        name = shard_name(split, index, self._shard_counts[split])
+        if read_verified(self._layout, name, len(rows)):
+            return
+        if not rows:
+            yield from _empty_shard_batch(name, split)
+            return
+        for batch in _batches(list(enumerate(rows)), self._batch_size):
+            items = []
+            for position, row in batch:
+                try:
+                    data = read_image_bytes(row.path, self._max_file_bytes)
+                except failures.RowFailure as failure:
+                    data = failure
+                items.append((RowRef(shard=name, index=position, total=len(rows), key=row.key, source=row.source,
+                                     path=row.path, split=row.split, label=row.label, line=row.line), data))
+            yield items
+
+
+class WritePredictionShards(beam.DoFn):
+    """(RowRef, PredictionResult) -> one Parquet shard (and its status) as soon as all its rows are in."""
+
+    def __init__(self, output_dir, vocabulary, embedding_size, embedding_dtype):
+        self._layout = PredictionLayout(output_dir)
+        self._vocabulary = list(vocabulary)
+        self._embedding_size = embedding_size
+        self._embedding_dtype = embedding_dtype
+        self._pending = {}
+
+    def start_bundle(self):
+        self._pending = {}
+
+    def process(self, element):
+        ref, result = element
+        rows = self._pending.setdefault(ref.shard, [])
+        if ref.index >= 0:
+            rows.append((ref, result.inference))
+        if len(rows) == ref.total:
+            del self._pending[ref.shard]
+            yield self._write(ref.shard, ref.split, sorted(rows, key=lambda row: row[0].index))
+
+    def finish_bundle(self):
+        if self._pending:
+            incomplete = ", ".join(f"{name} ({len(rows)} of {rows[0][0].total} rows)"
+                                   for name, rows in sorted(self._pending.items()))
+            raise RuntimeError(f"a shard's predictions ended incomplete: {incomplete}; nothing was written for "
+                               "them (the runner split the shard over bundles, or its input changed while it was "
+                               "read): run the same command again")
+
+    def _write(self, name, split, rows):
+        from beam_pipeline.predict import shards as prediction_shards
+
+        started = time.time()
+        written = [(ref, outcome) for ref, outcome in rows if not isinstance(outcome, failures.RowFailure)]
+        failed = [failure_record(ref, outcome) for ref, outcome in rows if isinstance(outcome, failures.RowFailure)]
+        table = prediction_shards.build_table([ref for ref, _ in written], [outcome for _, outcome in written],
+                                              self._vocabulary, self._embedding_size, self._embedding_dtype)
+        damaged = any(record["reason"] == failures.INPUT_SHARD_DAMAGED for record in failed)
+        with ShardFileWriter(self._layout, name) as shard:
+            shard.write(prediction_shards.to_parquet_bytes(table), records=len(written))
+            return shard.publish({"split": split, "rows": len(rows), "failed": failed, INPUT_DAMAGED: damaged,
+                                  "started": round(started, 3), "seconds": round(time.time() - started, 3),
+                                  "worker_pid": os.getpid()})
+
+
+def build_predict_pipeline(pipeline, config, model, shards):
+    """Adds the predict job's steps; `shards` is a list of RecordShards (input_dir) or None (input_csv)."""
+    if shards is not None:
+        batches = (pipeline
+                   | "ShardTasks" >> beam.Create(shards)
+                   | "SpreadShards" >> beam.Reshuffle()
+                   # RecordShard
+                   | "ReadBatches" >> beam.ParDo(ReadRecordBatches(config.output_dir, config.batch_size,
+                                                                   config.job_input_csv)))
+    else:
+        from beam_pipeline.common.rows import group_rows_by_shard
+
+        batches = (group_rows_by_shard(pipeline, config.input_csv, config.columns, config.shard_counts)
+                   # ((split, shard_index), [Row | None])
+                   | "ReadBatches" >> beam.ParDo(ReadImageBatches(config.output_dir, config.batch_size,
+                                                                  config.shard_counts, config.max_file_bytes)))
+    # [(RowRef, bytes | RowFailure | EMPTY_SHARD)]: one batch of one shard, in row order
+    handler = ExportModelHandler(config.model_dir, model.signature, model.input_name, config.top_k,
+                                 config.embedding_dtype, large_model=config.large_model)
+    return (batches
+            | "RunInference" >> RunInference(KeyedModelHandler(handler).with_no_batching())
+            # (RowRef, PredictionResult(None, Prediction | RowFailure | EMPTY_SHARD))
+            | "WriteShards" >> beam.ParDo(WritePredictionShards(config.output_dir, model.vocabulary,
+                                                                model.embedding_size, config.embedding_dtype)))
+            # shard status dict
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadTask:
+    """One Parquet shard to load: its stem, path and the size and SHA-256 its status recorded."""
+
+    name: str
+    path: str
+    bytes: int
+    sha256: str
+
+
+def load_tasks(layout, manifest):
+    """The LoadTasks of a finished predict run, from its manifest."""
+    return [LoadTask(name=shard_stem(shard["file"]), path=layout.path(shard["file"]),
+                     bytes=shard["bytes"], sha256=shard["sha256"]) for shard in manifest["shards"]]
+
+
+class LoadShard(beam.DoFn):
+    """A LoadTask -> its verified rows upserted into the table, and a result file saying what happened.
+
+    Never raises for a shard: a file that fails its checksum is not loaded, a row the database
+    cannot store is left out, a database error is recorded; each is reported in the shard's result
+    (`layout.load_result_file`), which the launcher reads. One connection per worker process.
+    """
+
+    def __init__(self, output_dir, url, table, dataset_id):
+        self._layout = PredictionLayout(output_dir)
+        self._url = url
+        self._table = table
+        self._dataset_id = dataset_id
+        self._connection = None
+        self._connect_error = None
+
+    def setup(self):
+        from beam_pipeline import database
+
+        try:
+            self._connection = database.connect(self._url)
+        except database.DatabaseError as error:
+            self._connect_error = str(error)
+
+    def process(self, task):
+        result = {"name": task.name, "loaded": 0, "failed": [], "problem": None}
+        try:
+            result.update(self._load(task))
+        except Exception as error:  # noqa: BLE001 - reported as the shard's problem, in one line.
+            from beam_pipeline.common.redact import redact
+
+            result["problem"] = redact(f"{type(error).__name__}: {str(error).strip().splitlines()[0][:300]}"
+                                       if str(error).strip() else type(error).__name__)
+        write_json(self._layout.load_result_file(self._table, task.name), result)
+        yield result
+
+    def _load(self, task):
+        from beam_pipeline import database
+        from beam_pipeline.predict import shards as prediction_shards
+
+        if self._connect_error:
+            return {"problem": self._connect_error}
+        status = read_status(self._layout.status_file(task.name))
+        if status is None or status.get("sha256") != task.sha256:
+            return {"problem": f"its status file {self._layout.status_file(task.name)} is missing, fails its "
+                               "checksum or disagrees with the manifest"}
+        with FileSystems.open(task.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            data = f.read()
+        if len(data) < task.bytes:
+            return {"problem": f"{task.path} is truncated: {len(data)} of {task.bytes} bytes"}
+        if len(data) != task.bytes or hashlib.sha256(data).hexdigest() != task.sha256:
+            return {"problem": f"{task.path} does not match the SHA-256 its status file records (a changed byte)"}
+        table = prediction_shards.read_table(data)
+        loaded, left_out = database.upsert_table(self._connection, self._table, self._dataset_id, table)
+        keys, sources, splits = (table.column(name).to_pylist() for name in ("key", "source", "split"))
+        failed = [failure_record(RowRef(shard=task.name, index=index, total=len(table), key=keys[index],
+                                        source=sources[index], split=splits[index]),
+                                 failures.RowFailure(failures.UNSTORABLE_TEXT, detail))
+                  for index, detail in sorted(left_out.items())]
+        return {"loaded": loaded, "failed": failed}
+
+    def teardown(self):
+        if self._connection is not None:
+            self._connection.close()
+
+
+def build_load_pipeline(pipeline, output_dir, tasks, url, table, dataset_id):
+    """Adds the database load: every Parquet shard verified and upserted into `table`, spread over the workers."""
+    return (pipeline
+            | "ShardTasks" >> beam.Create(tasks)
+            | "SpreadShards" >> beam.Reshuffle()
+            # LoadTask
+            | "Upsert" >> beam.ParDo(LoadShard(output_dir, url, table, dataset_id)))
+            # load result dict (also written to the shard's result file)

@@ -1,0 +1,1 @@
+"""The preprocessing job: CSV of images -> sharded TFRecords + tensorflow-transform statistics; `inspect`."""

@@ -1,0 +1,141 @@
+"""The preprocessing job: `beam-image-pipeline preprocess --input_csv CSV --output_dir DIR`.
+
+Also `python -m beam_pipeline --input_csv CSV --output_dir DIR`, the command from before subcommands.
+
+Flags are parsed before Beam or TensorFlow is imported: `--help` and flag
+errors answer at once.
+"""
+
+import sys
+
+from beam_pipeline.common.launcher import Launcher, Refused
+from beam_pipeline.preprocess import options as job_options
+
+PROG = "beam-image-pipeline preprocess"
+
+
+def run_fingerprint(job):
+    """What makes two runs the same run: the configuration and the CSV's content."""
+    from beam_pipeline.common.files import file_digest
+
+    return {"config": job.to_dict(), "input_csv_sha256": file_digest(job.input_csv)}
+
+
+def tensorflow_unwritable(path):
+    """Why tensorflow-transform cannot write under `path`, or None when it can.
+
+    TFT writes transform_fn/ (and its temporary files) with TensorFlow's own file
+    system layer, not Beam's: a scheme Beam reads and writes (s3://) can still be
+    one TensorFlow lacks, and the run would only fail at its very end.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    scheme = FileSystems.get_scheme(path)
+    if scheme is None or scheme == "file":
+        return None
+    import tensorflow as tf
+
+    supported = sorted(s for s in tf.io.gfile.get_registered_schemes() if s and s not in ("file", "ram"))
+    if scheme in supported:
+        return None
+    return (f"{path}: tensorflow-transform writes its output with TensorFlow's file system, which "
+            f"cannot write {scheme}:// here (it can write local paths"
+            f"{''.join(', ' + s + '://' for s in supported)}); use one of those")
+
+
+def _tft_temp_dir(layout, pipeline_options):
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    temp_location = pipeline_options.view_as(GoogleCloudOptions).temp_location
+    if temp_location:
+        return f"{temp_location.rstrip('/')}/beam-image-pipeline-tft"
+    return layout.tft_temp_dir
+
+
+class PreprocessLauncher(Launcher):
+    """CSV -> shards + statistics: what the preprocessing job adds to the shared run."""
+
+    def __init__(self, job, beam_args, pipeline_options, layout):
+        super().__init__(layout, beam_args, pipeline_options, progress=job.progress,
+                         max_error_rate=job.max_error_rate, overwrite=job.overwrite)
+        self.job = job
+        self.csv_summary = None
+
+    def first_step(self):
+        return f"reading the CSV {self.job.input_csv}"
+
+    def check(self, step):
+        from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+        from beam_pipeline.common import rows as csv_rows
+
+        temp_location = self.pipeline_options.view_as(GoogleCloudOptions).temp_location
+        for flag, path in (("--output_dir", self.job.output_dir), ("--temp_location", temp_location)):
+            reason = path and tensorflow_unwritable(path)
+            if reason:
+                raise Refused(f"{flag} {reason}")
+        self.csv_summary = csv_rows.summarize_csv(self.job.input_csv, self.job.columns)
+
+    def fingerprint(self):
+        return run_fingerprint(self.job)
+
+    def run(self, finished_earlier, step, run_log):
+        from apache_beam.io.filesystems import FileSystems
+        from apache_beam.options.pipeline_options import StandardOptions
+
+        from beam_pipeline.common import report
+        from beam_pipeline.common.rows import all_shard_keys, shard_counts_for
+        from beam_pipeline.preprocess.pipeline import build_pipeline
+        from tf_serving_input.layout import shard_name
+
+        job, layout, csv_summary = self.job, self.layout, self.csv_summary
+        shard_counts = shard_counts_for(job.num_shards, csv_summary)
+        names = [shard_name(split, index, shard_counts[split]) for split, index in all_shard_keys(shard_counts)]
+        splits = ", ".join(f"{split} {rows}" for split, rows in csv_summary.rows_per_split.items())
+        self.announce(f"Reading {job.input_csv}: {csv_summary.rows} rows ({splits}); "
+                      f"writing {len(names)} shards to {job.output_dir}", finished_earlier)
+        temp_dir = _tft_temp_dir(layout, self.pipeline_options)
+        wall_seconds = self.run_pipeline(
+            step, run_log, f"writing shards to {layout.data_dir}",
+            lambda pipeline: build_pipeline(pipeline, job, shard_counts, temp_dir), len(names), csv_summary.rows)
+
+        from tf_serving_input.normalization import read_statistics  # TF loads after Beam's workers start.
+
+        statuses = self.verified_statuses(step, names)
+        if statuses is None:
+            return 1
+        step.now(f"writing the manifest to {layout.root}")
+        statistics = read_statistics(job.output_dir)
+        runner = self.pipeline_options.view_as(StandardOptions).runner
+        manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner)
+        report.write_outputs(layout, manifest, failures)
+        if FileSystems.exists(layout.tft_temp_dir):
+            FileSystems.delete([layout.tft_temp_dir])
+        print(report.format_summary(manifest, layout), flush=True)
+        return self.error_budget_code(manifest)
+
+
+def run(argv=None, prog=PROG):
+    """Runs the job; returns the process exit code (0 ok, 1 failed, 2 refused before any work)."""
+    job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv, prog)
+
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.common import runners
+    from tf_serving_input.layout import OutputLayout
+
+    runners.quiet_library_logs()
+    pipeline_options = PipelineOptions(beam_args)
+    # The launcher reads the CSV and prepares --output_dir through Beam's filesystems
+    # before any pipeline exists: s3:// (endpoint, credentials) needs the options now.
+    FileSystems.set_options(pipeline_options)
+    return PreprocessLauncher(job, beam_args, pipeline_options, OutputLayout(job.output_dir)).execute()
+
+
+def main():
+    """Console-script entry point."""
+    from beam_pipeline.common.quiet import quiet_startup
+
+    quiet_startup(sys.argv[1:])
+    sys.exit(run())

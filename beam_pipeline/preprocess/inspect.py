@@ -1,0 +1,92 @@
+"""Shows what a job wrote: `beam-image-pipeline inspect DIR [--contact_sheet sheet.png]`.
+
+Prints the manifest summary and the statistics, and renders a grid of decoded
+sample images with their labels, so a user can see the data, not just counts.
+Reads the output through TensorFlow only (no Beam pipeline is run).
+"""
+
+import argparse
+import json
+import sys
+
+from beam_pipeline.common import flags
+from beam_pipeline.common.contact_sheet import render_contact_sheet
+from tf_serving_input import features
+from tf_serving_input.layout import OutputLayout
+
+
+def sample_records(output_dir, manifest, count, split=None):
+    """Up to `count` (image uint8 [S, S, 3], label, source) from the job's shards, in shard order."""
+    import tensorflow as tf  # Only for the contact sheet: the summary needs no TensorFlow.
+
+    from tf_serving_input.codecs import parse_record
+    from tf_serving_input.features import PreprocessConfig
+
+    config = PreprocessConfig.from_dict(manifest["config"]["preprocess"])
+    layout = OutputLayout(output_dir)
+    files = [layout.path(shard["file"]) for shard in manifest["shards"]
+             if shard["records"] and (split is None or shard["split"] == split)]
+    spec = {key: tf.io.FixedLenFeature([], tf.string) for key in (features.LABEL_TEXT, features.IMAGE_SOURCE)}
+    samples = []
+    for record in tf.data.TFRecordDataset(files).take(count):
+        image, parsed = parse_record(record, config, **spec)
+        samples.append((image.numpy(), parsed[features.LABEL_TEXT].numpy().decode("utf-8"),
+                        parsed[features.IMAGE_SOURCE].numpy().decode("utf-8")))
+    return samples
+
+
+def format_report(manifest):
+    """The manifest summary and statistics as text."""
+    stats = manifest["statistics"]
+    lines = [
+        f"rows {manifest['rows']}, written {manifest['written']}, failed {manifest['failed']}",
+        "splits: " + ", ".join(f"{split} {c['written']} written / {c['failed']} failed in {c['shards']} shards"
+                               for split, c in manifest["splits"].items()),
+        f"pixel mean (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_mean'])}",
+        f"pixel std  (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_std'])}",
+        f"labels ({len(stats['label_vocabulary'])}): {', '.join(stats['label_vocabulary'])}",
+        f"config: {json.dumps(manifest['config']['preprocess'])}",
+        f"wall time {manifest['wall_seconds']} s, {manifest['images_per_second']} images/s, "
+        f"runner {manifest['runner']}",
+    ]
+    for reason, count in manifest["failed_by_reason"].items():
+        lines.append(f"failed: {reason}: {count}")
+    return "\n".join(lines)
+
+
+PROG = "beam-image-pipeline inspect"
+
+
+def run(argv=None, prog=PROG):
+    """Prints a finished output's summary (and renders a contact sheet); returns the exit code."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("output_dir", help="The --output_dir of a finished job.")
+    parser.add_argument("--contact_sheet", help="Write a PNG grid of sample images with their labels here.")
+    parser.add_argument("--samples", type=int, default=32, help="How many images the contact sheet shows.")
+    parser.add_argument("--split", default=None, help="Only sample this split (default: all).")
+    flags.add_verbose_flag(parser)
+    args = parser.parse_args(argv)
+    try:
+        manifest = OutputLayout(args.output_dir).load_manifest()
+    except FileNotFoundError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(format_report(manifest))
+    if args.contact_sheet:
+        samples = sample_records(args.output_dir, manifest, args.samples, args.split)
+        render_contact_sheet(samples, args.contact_sheet)
+        print(f"contact sheet: {args.contact_sheet} ({len(samples)} images)")
+    return 0
+
+
+def main():
+    """Console-script entry point."""
+    from beam_pipeline.common.quiet import quiet_startup
+
+    quiet_startup(sys.argv[1:])
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Rows -> outcomes: read each row's file, preprocess it in TensorFlow, build its record. No Beam.
+
+    preprocessor = RowPreprocessor(config)
+    for row, outcome in preprocessor(rows):    # in row order
+        ...  # outcome: Written(record, moments) or a failures.RowFailure
+
+Rows go through TensorFlow `ROWS_PER_CALL` at a time: each call costs ~0.3 ms
+of Python and dispatch on top of ~3 ms of work per image. The preprocessing
+checks every image before decoding it (`preprocessing.inspect_image`) and
+returns what it found as numbers, so a bad header or an unsupported format
+fails only its row. A decode op that fails on bad data fails the whole call;
+the call is then redone one row at a time to tell which row, and why.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
+from tf_serving_input import failures
+from tf_serving_input.features import PIXEL_MOMENTS
+
+# Rows per TensorFlow call (8 measured 2.5-2.6 vs 2.8-3.4 ms per image for 1), and the most
+# file bytes one call holds.
+ROWS_PER_CALL = 8
+BYTES_PER_CALL = 32 * 1024 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """A row whose image was preprocessed: its serialized tf.train.Example and exact pixel moments."""
+
+    record: bytes
+    moments: np.ndarray
+
+
+class RowPreprocessor:
+    """Turns Rows into (row, Written | RowFailure), in order, never raising for a bad row."""
+
+    def __init__(self, config, max_file_bytes=DEFAULT_MAX_FILE_BYTES, read_file=read_image_bytes,
+                 rows_per_call=ROWS_PER_CALL):
+        import tensorflow as tf
+
+        from beam_pipeline.common.records import make_example
+        from tf_serving_input.codecs import codec_for, to_bytes
+        from tf_serving_input.normalization import pixel_moments
+        from tf_serving_input.preprocessing import inspect_image, preprocess_checked_image, problem_detail
+
+        self._config = config
+        self._max_file_bytes = max_file_bytes
+        self._read_file = read_file
+        self._rows_per_call = rows_per_call
+        self._codec = codec_for(config)
+        self._to_bytes = to_bytes
+        self._make_example = make_example
+        self._op_error = tf.errors.OpError
+        size = config.image_size
+        failed_image = tf.zeros([size, size, 3], tf.uint8)
+        outputs = (self._codec.encoded_spec(size), tf.TensorSpec([PIXEL_MOMENTS], tf.int64),
+                   tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.string))
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def preprocess(datas):
+            def one(data):
+                problem, image_format, height_width = inspect_image(data, config.max_pixels)
+                image = tf.cond(tf.equal(problem, 0),
+                                lambda: preprocess_checked_image(data, image_format, height_width, config),
+                                lambda: failed_image)
+                detail = problem_detail(problem, image_format, height_width, config.max_pixels)
+                return self._codec.encode(image, config), pixel_moments(image), problem, detail
+
+            # parallel_iterations=1: one decoded source image (up to max_pixels) alive at a time.
+            return tf.map_fn(one, datas, fn_output_signature=outputs, parallel_iterations=1)
+
+        self._preprocess = preprocess
+
+    def __call__(self, rows):
+        """Yields (row, Written or RowFailure) for every row, in order.
+
+        Streams: at most `rows_per_call` files (BYTES_PER_CALL bytes) wait for a
+        call, plus the file just read.
+        """
+        pending = []  # (row, file bytes or the RowFailure of reading it)
+        files, file_bytes = 0, 0  # Of the pending rows, those read: they await one call.
+        for row in rows:
+            try:
+                item = self._read_file(row.path, self._max_file_bytes)
+            except failures.RowFailure as failure:
+                item = failure
+            if isinstance(item, bytes):
+                if files and (files >= self._rows_per_call or file_bytes + len(item) > BYTES_PER_CALL):
+                    yield from self._flush(pending)
+                    pending, files, file_bytes = [], 0, 0
+                files, file_bytes = files + 1, file_bytes + len(item)
+            pending.append((row, item))
+        yield from self._flush(pending)
+
+    def _flush(self, pending):
+        datas = [item for _, item in pending if isinstance(item, bytes)]
+        outcomes = iter(self._preprocess_datas(datas))
+        for row, item in pending:
+            outcome = item if isinstance(item, failures.RowFailure) else next(outcomes)
+            if isinstance(outcome, tuple):
+                outcome = self._written(row, *outcome)
+            yield row, outcome
+
+    def _preprocess_datas(self, datas):
+        """[(stored bytes, moments) or RowFailure] for file contents, in order."""
+        if not datas:
+            return []
+        try:
+            return self._results(datas, *self._preprocess(datas))
+        except self._op_error:
+            pass  # A decode op failed on some image: redo them one at a time to tell which, and why.
+        outcomes = []
+        for data in datas:
+            try:
+                outcomes += self._results([data], *self._preprocess([data]))
+            except self._op_error as error:
+                outcomes.append(failures.describe_decode_failure(data, error))
+            except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
+                outcomes.append(failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}"))
+        return outcomes
+
+    def _results(self, datas, encoded, moments, problems, details):
+        outcomes = []
+        for stored, row_moments, problem, detail in zip(encoded.numpy(), moments.numpy(), problems.numpy(),
+                                                        details.numpy()):
+            if problem:
+                outcomes.append(failures.RowFailure(failures.PROBLEMS[problem], detail.decode("utf-8")))
+            else:
+                outcomes.append((self._to_bytes(stored), row_moments))
+        return outcomes
+
+    def _written(self, row, stored, moments):
+        try:
+            example = self._make_example(stored, self._codec, self._config.image_size, row.source, row.key, row.label)
+            return Written(example.SerializeToString(deterministic=True), moments)
+        except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
+            return failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}")

@@ -1,0 +1,97 @@
+"""The per-shard DoFn: one shard's rows -> its file, its status, and what the statistics need.
+
+One call handles one shard, so pixels never leave the worker that decoded
+them. The work is done by `RowPreprocessor` (rows -> records, no Beam) and
+`ShardFileWriter` (file, checksum, publishing, status); this DoFn wires them
+and emits, through a tagged output, 7 integers per shard and a label per image
+for tensorflow-transform's analysis. A bad row never raises: it is recorded,
+with its reason, in the shard's status file.
+"""
+
+import os
+import time
+
+import apache_beam as beam
+import numpy as np
+
+from beam_pipeline.common import rows as csv_source
+from beam_pipeline.common.records import iter_records, parse_example
+from beam_pipeline.common.rows import failure_record
+from beam_pipeline.common.runners import configure_tensorflow_threads
+from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
+from beam_pipeline.preprocess.analysis import DESIRED_BATCH_SIZE, to_record_batch
+from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor, Written
+from tf_serving_input import features
+from tf_serving_input.features import PIXEL_MOMENTS as MOMENTS
+from tf_serving_input.layout import OutputLayout, shard_name
+
+STATS_TAG = "stats"
+
+
+def statistics_batches(total_moments, labels):
+    """A shard's RecordBatches for TFT: one row with its moment totals (label ''), one per image's label."""
+    rows = [(np.asarray(total_moments, np.int64), b"")] + [(np.zeros(MOMENTS, np.int64), label)
+                                                           for label in labels]
+    for start in range(0, len(rows), DESIRED_BATCH_SIZE):
+        batch = rows[start:start + DESIRED_BATCH_SIZE]
+        yield to_record_batch([moments for moments, _ in batch], [label for _, label in batch])
+
+
+class WriteShardFn(beam.DoFn):
+    """((split, shard_index), [Row]) -> a shard file, its status file and one summary dict.
+
+    Main output: the shard's status (as written to its status file), with `resumed`.
+    Tagged output STATS_TAG, for 'train' shards: Arrow RecordBatches for
+    tensorflow-transform (`statistics_batches`). The moment totals are exact
+    integers kept in the status file, so a shard an earlier run finished
+    re-emits exactly what a fresh one does without decoding anything.
+    """
+
+    def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=csv_source.DEFAULT_MAX_FILE_BYTES,
+                 stats_split=csv_source.DEFAULT_SPLIT):
+        self._layout = OutputLayout(output_dir)
+        self._config = preprocess_config
+        self._shard_counts = dict(shard_counts)
+        self._max_file_bytes = max_file_bytes
+        self._stats_split = stats_split
+        self._preprocessor = None
+
+    def setup(self):
+        configure_tensorflow_threads()
+        self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes)
+
+    def process(self, element):
+        (split, shard_index), rows = element
+        name = shard_name(split, shard_index, self._shard_counts[split])
+        rows = sorted(rows, key=lambda row: row.index)  # Same file bytes whatever the shuffle did.
+        finished = read_verified(self._layout, name, len(rows))
+        if finished is not None:  # An earlier run wrote it: keep the file, re-emit from its status.
+            status, data = finished
+            labels = [parse_example(record).features.feature[features.LABEL_TEXT].bytes_list.value[0]
+                      for record in iter_records(data)]
+            status = dict(status, resumed=True)
+        else:
+            status, labels = self._write(split, shard_index, name, rows)
+        if split == self._stats_split:
+            for batch in statistics_batches(status["pixel_moments"], labels):
+                yield beam.pvalue.TaggedOutput(STATS_TAG, batch)
+        yield status
+
+    def _write(self, split, shard_index, name, rows):
+        started = time.time()
+        failed, labels = [], []
+        moments = np.zeros(MOMENTS, np.int64)
+        with ShardFileWriter(self._layout, name) as shard:
+            for row, outcome in self._preprocessor(rows):
+                if isinstance(outcome, Written):
+                    shard.write_record(outcome.record)
+                    moments += outcome.moments
+                    labels.append(row.label.encode("utf-8"))
+                else:  # Any per-row failure is recorded, never raised.
+                    failed.append(failure_record(row, outcome))
+            status = shard.publish({
+                "split": split, "index": shard_index, "num_shards": self._shard_counts[split],
+                "rows": len(rows), "failed": failed, "pixel_moments": moments.tolist(),
+                "started": round(started, 3), "seconds": round(time.time() - started, 3),
+                "worker_pid": os.getpid()})
+        return dict(status, resumed=False), labels

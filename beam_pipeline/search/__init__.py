@@ -1,0 +1,1 @@
+"""Search: the stored images nearest a query image (embedded by the export) or a stored key."""

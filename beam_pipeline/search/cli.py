@@ -1,0 +1,225 @@
+"""Similarity search over the predict job's table: `beam-image-pipeline search (--image FILE | --key KEY)`.
+
+The query image is embedded by the same serving export (its `serving_default`
+signature: the job's preprocessing, then the model), normalized like the stored
+embeddings, and pgvector's HNSW index returns the nearest rows by cosine
+distance. `--key` searches with a stored image's own embedding instead.
+"""
+
+import os
+import sys
+
+from beam_pipeline.common import flags
+
+PROG = "beam-image-pipeline search"
+
+
+def build_parser(prog=PROG):
+    """The search command's flags."""
+    parser = flags.new_parser(
+        prog=prog,
+        description="Find the stored images nearest a query image (or a stored image's key) by embedding. Every "
+                    "bad input (a missing or non-image file, a bad -k, a missing table, an export whose "
+                    "embedding does not fit the table) is one line on stderr and a non-zero exit.")
+    query = parser.add_mutually_exclusive_group(required=True)
+    query.add_argument("--image", help="An image file to search with (embedded by --model_dir).")
+    query.add_argument("--key", help="The key of a stored image to search with (its stored embedding).")
+    parser.add_argument("--model_dir", help="The serving export the predictions came from (needed with --image).")
+    parser.add_argument("--database", default="embedded", help="'embedded' or a postgresql:// URL (default: "
+                                                               "embedded).")
+    parser.add_argument("--database_dir", default=None, help="The embedded server's data folder.")
+    parser.add_argument("--table", default=None,
+                        help="The predictions table (default: the only one with embeddings in the database).")
+    parser.add_argument("--dataset", default=None,
+                        help="Only rows of this dataset id (a table loaded with --append holds several; the "
+                             "predict manifest's database.dataset names each).")
+    parser.add_argument("-k", type=int, default=8, help="How many neighbours, 1 to 1000 (default: 8).")
+    parser.add_argument("--max_file_bytes", type=int, default=None,
+                        help="Refuse a larger --image without reading it whole (default: the job's, 256 MiB).")
+    parser.add_argument("--contact_sheet", help="Write a PNG of the query beside its neighbours here.")
+    return parser
+
+
+class SearchError(RuntimeError):
+    """The search cannot be made as asked; the message says why in one line."""
+
+
+def read_query_image(path, max_file_bytes=None):
+    """The bytes of a query image file; SearchError with the job's reason code when it cannot be one."""
+    from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
+    from tf_serving_input import failures, formats
+
+    try:
+        data = read_image_bytes(path, max_file_bytes or DEFAULT_MAX_FILE_BYTES)
+    except failures.RowFailure as failure:
+        raise SearchError(f"--image {path}: {failure.reason}: {failure.detail}") from None
+    if formats.sniff(data) is None:
+        raise SearchError(f"--image {path}: {failures.NOT_AN_IMAGE}: no known image format")
+    return data
+
+
+def embed_image(model_dir, data, source="the query"):
+    """The unit-length embedding the export gives one image's bytes (as the predict job stores it)."""
+    import tensorflow as tf
+
+    from beam_pipeline.common.embeddings import l2_normalize
+    from tf_serving_input import failures
+
+    try:
+        serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    except (OSError, KeyError, ValueError, tf.errors.OpError) as error:
+        raise SearchError(f"--model_dir {model_dir} is not a serving export with a serving_default signature "
+                          f"({type(error).__name__})") from None
+    try:
+        outputs = serve(image_bytes=tf.constant([data]))
+    except tf.errors.InvalidArgumentError as error:
+        failure = failures.from_serving_error(data, error)
+        raise SearchError(f"--image {source}: {failure.reason}: {failure.detail}") from None
+    if "embedding" not in outputs:
+        raise SearchError(f"--model_dir {model_dir} has no embedding output (exported with embedding_layer=False)")
+    return l2_normalize(outputs["embedding"].numpy())[0]
+
+
+def stored_embedding(connection, table, key, dataset_id=None):
+    """(embedding, path) of a stored row; LookupError when the key is not there or names rows of two datasets."""
+    from psycopg import sql
+
+    where = sql.SQL(" AND dataset = %s") if dataset_id else sql.SQL("")
+    rows = connection.execute(sql.SQL("SELECT embedding, path, dataset FROM {} WHERE key = %s{} LIMIT 3").format(
+        sql.Identifier(table), where), (key, dataset_id) if dataset_id else (key,)).fetchall()
+    if not rows:
+        raise LookupError(f"no row with key {key!r} in table {table}"
+                          f"{f' for dataset {dataset_id}' if dataset_id else ''}")
+    if len(rows) > 1:
+        raise LookupError(f"key {key!r} is in {len(rows)} datasets of table {table} "
+                          f"({', '.join(row[2] for row in rows)}): choose one with --dataset")
+    embedding = rows[0][0]
+    return (embedding.to_numpy() if hasattr(embedding, "to_numpy") else embedding), rows[0][1]
+
+
+def thumbnail(path, size=128):
+    """An image file as a size x size RGB array, through the project's own preprocessing; gray if unreadable."""
+    import numpy as np
+
+    from beam_pipeline.common.rows import read_image_bytes
+    from tf_serving_input.features import PreprocessConfig
+    from tf_serving_input.preprocessing import preprocess_image
+
+    try:
+        return preprocess_image(read_image_bytes(path), PreprocessConfig(image_size=size)).numpy()
+    except Exception:  # noqa: BLE001 - a neighbour whose file is gone still gets its caption.
+        return np.full((size, size, 3), 200, np.uint8)
+
+
+def run(argv=None, prog=PROG):
+    """Runs one search; prints the neighbours; returns the exit code (0 found, 1 failed, 2 bad flags)."""
+    args = build_parser(prog).parse_args(argv)
+    from beam_pipeline import database
+    from beam_pipeline.common.redact import redact
+
+    refusal = _refusal(args)
+    if refusal:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+
+    try:
+        query = read_query_image(args.image, args.max_file_bytes) if args.image else None
+        url, server = database.resolve(args.database, args.database_dir)
+    except (database.DatabaseError, SearchError) as error:
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 1
+    try:
+        return _search(args, url, query)
+    except (database.DatabaseError, SearchError, LookupError) as error:
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 1
+    finally:
+        if server is not None:
+            server.release()
+
+
+def _refusal(args):
+    """Why the flags cannot make a search (one line), or None."""
+    from beam_pipeline import database
+
+    if args.image and not args.model_dir:
+        return "--image needs --model_dir (the export that embeds the query)"
+    problem = database.database_flag_problem(args.database, allow_none=False)
+    if problem:
+        return problem
+    if args.contact_sheet:
+        folder = os.path.dirname(os.path.abspath(args.contact_sheet))
+        if not args.contact_sheet.lower().endswith(".png") or os.path.isdir(args.contact_sheet):
+            return f"--contact_sheet {args.contact_sheet} must name a .png file"
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            return f"--contact_sheet {args.contact_sheet}: the folder {folder} does not exist or is not writable"
+    if not 1 <= args.k <= database.MAX_K:
+        return f"-k must be from 1 to {database.MAX_K} (the most the HNSW index serves), not {args.k}"
+    if args.table is not None:
+        try:
+            database.check_table_name(args.table)
+        except database.TableNameError as error:
+            return f"--table: {error}"
+    return None
+
+
+def _search(args, url, query):
+    from beam_pipeline import database
+    from beam_pipeline.common.files import export_sha256
+
+    table = args.table
+    if table is None:
+        tables = database.vector_tables(url)
+        if len(tables) != 1:
+            raise database.DatabaseError(f"{database.describe(url)} holds {len(tables)} tables of embeddings "
+                                         f"({', '.join(tables) or 'none'}): name one with --table")
+        table = tables[0]
+    with database.connect(url) as connection:
+        kind = database.embedding_type(connection, table)
+        if kind is None:
+            tables = database.vector_tables(url)
+            raise database.DatabaseError(f"no table {table} of embeddings in {database.describe(url)} (tables of "
+                                         f"embeddings there: {', '.join(tables) or 'none'})")
+        if args.key:
+            vector, query_path = stored_embedding(connection, table, args.key, args.dataset)
+        else:
+            vector, query_path = embed_image(args.model_dir, query, args.image), args.image
+            size = int(kind.split("(")[1].rstrip(")"))
+            if len(vector) != size:
+                raise SearchError(f"--model_dir {args.model_dir} embeds into {len(vector)} values, but table {table} "
+                                  f"holds {kind}: use the export its predictions came from")
+            recorded = database.table_export(connection, table)
+            if recorded is not None and recorded[0] != export_sha256(args.model_dir):
+                raise SearchError(f"table {table} holds embeddings of the export {recorded[1]} (SHA-256 "
+                                  f"{recorded[0][:12]}), not of {args.model_dir}: search with the export its "
+                                  "predictions came from")
+        neighbours = database.nearest(connection, table, vector, args.k, dataset_id=args.dataset)
+    print(f"{len(neighbours)} nearest to {args.key or args.image} in {table} (cosine distance):")
+    for rank, (key, source, _, label, distance) in enumerate(neighbours, start=1):
+        print(f"{rank:3d}  {distance:.4f}  {key}  {printable(label) or '-':<12} {printable(source)}")
+    if args.contact_sheet:
+        from beam_pipeline.common.contact_sheet import render_contact_sheet
+
+        tiles = [(thumbnail(query_path), "query", query_path)]
+        tiles += [(thumbnail(path), f"{rank} {label} {distance:.3f}", path)
+                  for rank, (_, _, path, label, distance) in enumerate(neighbours, start=1)]
+        try:
+            render_contact_sheet(tiles, args.contact_sheet, columns=min(len(tiles), 9))
+        except (OSError, ValueError) as error:
+            raise SearchError(f"--contact_sheet {args.contact_sheet} could not be written: {error}") from None
+        print(f"contact sheet: {args.contact_sheet}")
+    return 0
+
+
+def printable(text, limit=200):
+    """Stored text as one terminal line: control characters escaped, long text cut."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return shown if len(shown) <= limit else shown[:limit] + "..."
+
+
+def main():
+    """Console-script entry point."""
+    from beam_pipeline.common.quiet import quiet_startup
+
+    quiet_startup(sys.argv[1:])
+    sys.exit(run())
