@@ -8,13 +8,13 @@
 FROM apache/beam_python3.11_sdk:2.77.0
 
 WORKDIR /opt/beam-image-pipeline
-COPY setup.py README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY beam_pipeline ./beam_pipeline
 COPY tf_serving_input ./tf_serving_input
 # Keep the image's own apache-beam (the worker boot program matches it); add S3 support.
 RUN BEAM_VERSION="$(python -c 'import apache_beam; print(apache_beam.__version__)')" \
     && pip install --no-cache-dir ".[aws]" "apache-beam[gcp,aws]==${BEAM_VERSION}" \
-    && python -c "import beam_pipeline.main, tf_serving_input.serving, tensorflow_transform.beam"
+    && python -c "import beam_pipeline.cli, beam_pipeline.preprocess.pipeline, beam_pipeline.predict.pipeline, tf_serving_input.serving, tensorflow_transform.beam"
 WORKDIR /
 # One TensorFlow thread per SDK worker process: Dataflow starts one Python worker process per vCPU,
 # and a worker using TF's default pools oversubscribed the cores (measured locally: 4.4-5.6 vs

@@ -38,9 +38,15 @@ def usage() -> str:
 def run(argv: list[str] | None = None) -> int:
     """Runs a subcommand; returns its exit code (2 for an unknown one)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
+    if not argv:
+        print(usage(), file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        # Also the help of `python -m beam_pipeline --input_csv ...` from before subcommands: the job's flags.
+        from beam_pipeline.preprocess.options import build_parser
+
+        print(usage() + "\n\n" + build_parser(PROG).format_help(), end="")
+        return 0
     if argv[0].startswith("-"):  # The command from before subcommands: the preprocessing job.
         name, rest, prog = "preprocess", argv, PROG
     else:

@@ -1,7 +1,7 @@
 # Sourced by the scripts: creates .venv at the repository root when missing and
 # installs the project into it (with the extras given as "$1", e.g. "[test]").
 # The install is editable, so code changes need no reinstall: pip runs again only when
-# setup.py or the extras asked for change (a stamp in .venv records what was installed).
+# pyproject.toml, setup.py or the extras asked for change (a stamp in .venv records what was installed).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -23,20 +23,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip setuptools wheel
 fi
-# Runs a command with TensorFlow's two start-up notices removed from its stderr: its C++ runtime
-# prints them (no GPU found, an absl logging note) before any setting can silence them. Everything
-# else on stderr, errors included, still shows.
-without_startup_noise() {
-  "$@" 2> >(grep --line-buffered -v -e "^WARNING: All log messages before absl::InitializeLog" \
-              -e "cudart_stub.cc:[0-9]*\] Could not find cuda drivers" >&2)
-}
-
 STAMP_FILE=.venv/beam-image-pipeline.installed
 wanted="${1:-}"
-stamp="$(cksum < setup.py | cut -d' ' -f1) ${wanted:-[]}"
+project_sum="$(cat pyproject.toml setup.py | cksum | cut -d' ' -f1)"
+stamp="$project_sum ${wanted:-[]}"
 # Installed with these extras (or a superset: "[test]" includes everything "" needs) from this setup.py?
 if [ -f "$STAMP_FILE" ] && { grep -qxF "$stamp" "$STAMP_FILE" || \
-     { [ -z "$wanted" ] && grep -q "^$(cksum < setup.py | cut -d' ' -f1) " "$STAMP_FILE"; }; }; then
+     { [ -z "$wanted" ] && grep -q "^$project_sum " "$STAMP_FILE"; }; }; then
   return 0 2>/dev/null || exit 0
 fi
 echo "Installing beam-image-pipeline${wanted} into .venv (first time: a few minutes)"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Flink integration test (the second step of scripts/test.sh, also runnable alone): obtains Beam's
 # Flink job server with Maven (once, into .cache/flink/; see scripts/flink_job_server.sh), then runs
-#  - tests/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
-#  - tests/test_flink_cluster.py: the job on a standing Flink session cluster that
+#  - tests/scale_out/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
+#  - tests/scale_out/test_flink_cluster.py: the job on a standing Flink session cluster that
 #    scripts/flink_cluster.sh starts from the job server's jars (two TaskManagers, a worker pool
 #    beside each), and a TaskManager killed mid-job followed by a rerun that resumes;
 # each against the default local runner over the same CSV, outputs compared.
@@ -22,7 +22,7 @@ if [ -z "${FLINK_JOB_SERVER_JAR:-}" ]; then
 fi
 export FLINK_JOB_SERVER_JAR
 echo "Flink job server: $FLINK_JOB_SERVER_JAR"
-# The standing cluster's folder (conf, logs, PID files): tests/test_flink_cluster.py starts and
+# The standing cluster's folder (conf, logs, PID files): tests/scale_out/test_flink_cluster.py starts and
 # stops the cluster there, and whatever happens to pytest, this script stops it on exit by the
 # PIDs recorded there.
 FLINK_TEST_CLUSTER_DIR="$(mktemp -d "${TMPDIR:-/tmp}/flink-test-cluster.XXXXXX")"
@@ -31,4 +31,4 @@ trap 'FLINK_CLUSTER_DIR="$FLINK_TEST_CLUSTER_DIR" bash scripts/flink_cluster.sh 
       rm -rf "$FLINK_TEST_CLUSTER_DIR"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-.venv/bin/python -m pytest tests/test_flink.py tests/test_flink_cluster.py -rs "$@"
+.venv/bin/python -m pytest tests/scale_out/test_flink.py tests/scale_out/test_flink_cluster.py -rs "$@"

@@ -12,16 +12,16 @@ if [ ! -f "$CSV" ]; then
   exit 2
 fi
 echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
-without_startup_noise .venv/bin/python -m beam_pipeline --input_csv "$CSV" --output_dir "$OUT" --overwrite "$@"
-without_startup_noise .venv/bin/python -m beam_pipeline.inspect "$OUT" --contact_sheet "$OUT/contact_sheet.png"
+.venv/bin/beam-image-pipeline preprocess --input_csv "$CSV" --output_dir "$OUT" --overwrite "$@"
+.venv/bin/beam-image-pipeline inspect "$OUT" --contact_sheet "$OUT/contact_sheet.png"
 # Then the rest of the path: train on the output, export for serving, serve one raw image.
-without_startup_noise .venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
+.venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
     --predict_image sample_data/images/cat/cat_000.jpg
 # The second half: predictions and embeddings for every image, into the database, and a search.
-without_startup_noise .venv/bin/python -m beam_pipeline.predict --model_dir "$OUT/serving_model" --input_dir "$OUT" \
+.venv/bin/beam-image-pipeline predict --model_dir "$OUT/serving_model" --input_dir "$OUT" \
     --output_dir output/sample_predictions --database embedded --database_dir output/postgres --table sample \
     --overwrite
-without_startup_noise .venv/bin/python -m beam_pipeline.search --model_dir "$OUT/serving_model" \
+.venv/bin/beam-image-pipeline search --model_dir "$OUT/serving_model" \
     --database embedded --database_dir output/postgres --table sample \
     --image sample_data/images/cat/cat_000.jpg -k 8 --contact_sheet "$OUT/search.png"
-echo "Query the database yourself: .venv/bin/python -m beam_pipeline.database psql --database_dir output/postgres"
+echo "Query the database yourself: .venv/bin/beam-image-pipeline db psql --database_dir output/postgres"

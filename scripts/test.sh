@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
 # Sets up .venv if needed and runs the whole test suite (what CI runs, through .ci/run):
 #   scripts/test.sh [pytest args]
-# 1. the unit tests: pytest over tests/ (the pytest args apply here; tests/test_flink.py and
-#    tests/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
+# 0. the fast lane (under a minute): ruff (lint), mypy (types of tf_serving_input/, common/ and the model
+#    handler) and lint-imports (the layout rule of ARCHITECTURE.md); the tests run only when it passes;
+# 1. the unit tests: pytest over tests/ (the pytest args apply here; tests/scale_out/test_flink.py and
+#    tests/scale_out/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
 # 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven):
 #    embedded Flink, then a standing Flink session cluster (scripts/flink_cluster.sh).
 # Both steps always run; the script fails if either fails. SKIP_FLINK=1 runs step 1 only.
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" "[test]"
+
+echo "== Fast lane: ruff, mypy, lint-imports =="
+started=$SECONDS
+.venv/bin/ruff check .
+.venv/bin/mypy
+.venv/bin/lint-imports --no-cache
+echo "(fast lane passed in $((SECONDS - started)) s)"
 
 echo "== Unit tests (pytest tests) =="
 unit=0

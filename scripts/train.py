@@ -14,7 +14,11 @@ import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if __name__ == "__main__":  # Quiet by default, as the project's commands are (--verbose shows TF's start-up lines).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from beam_pipeline.common.quiet import quiet_startup
+
+    quiet_startup(sys.argv[1:])
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -57,6 +61,7 @@ def main(argv=None):
     parser.add_argument("--predict_image", required=True, help="A raw image file to send to the served model.")
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--verbose", action="store_true", help="Show TensorFlow's start-up lines.")
     parser.add_argument("--validation_split", default="validation", help="Split used for validation accuracy.")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -1,13 +1,26 @@
 """Shared fixtures. Tests run on tiny images they generate, plus the bundled sample photos."""
 
 import os
+import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
+TESTS_DIR = pathlib.Path(__file__).resolve().parent
+# Every test in these folders is slow (real command lines in subprocesses, scale-out runners):
+# marked here by its folder, so no file can forget its mark. Elsewhere tests are in-process.
+SLOW_FOLDERS = ("end_to_end", "scale_out")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_DIR = os.path.join(REPO_ROOT, "sample_data")
+
+
+@pytest.hookimpl(tryfirst=True)  # Before `-m "not slow"` deselects by marker.
+def pytest_collection_modifyitems(config, items):
+    """Marks every test under SLOW_FOLDERS slow."""
+    for item in items:
+        if pathlib.Path(str(item.path)).resolve().relative_to(TESTS_DIR).parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

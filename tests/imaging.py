@@ -86,3 +86,15 @@ def write_csv(path, header, rows):
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
+
+
+def small_dataset(folder, count=10, size=64):
+    """`count` random PNGs in `folder` and their CSV (path, label in a/b); returns the CSV path."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(count):
+        name = f"img{i}.png"
+        (folder / name).write_bytes(encode(rng.integers(0, 256, (size, size, 3), dtype=np.uint8), "PNG"))
+        rows.append([name, "ab"[i % 2]])
+    write_csv(folder / "in.csv", ["path", "label"], rows)
+    return folder / "in.csv"

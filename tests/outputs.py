@@ -13,6 +13,9 @@ from tf_serving_input import features
 from tf_serving_input.codecs import CODECS
 from tf_serving_input.layout import OutputLayout, PredictionLayout
 
+# The repository's root (tests/ is one level below it).
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # Keys of manifest.json that legitimately differ between two runs of the same input.
 RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions")
 

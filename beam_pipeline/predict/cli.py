@@ -1,4 +1,4 @@
-"""The predict job: `beam-image-pipeline predict --model_dir EXPORT --output_dir OUT --input_dir DIR` (or `--input_csv`).
+"""The predict job: `beam-image-pipeline predict --model_dir EXPORT --output_dir OUT --input_dir DIR|--input_csv CSV`.
 
 Runs a serving export (`export_serving_model`) over every image with Beam's
 RunInference, writes one Parquet row per image (key, source, split, label,

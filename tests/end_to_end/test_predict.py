@@ -26,7 +26,6 @@ from beam_pipeline.preprocess import cli as main
 from conftest import SAMPLE_DIR
 from tf_serving_input import export_serving_model, make_dataset
 
-pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.
 SIZE = 32
 
 

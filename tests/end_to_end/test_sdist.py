@@ -25,9 +25,7 @@ from apache_beam.runners.portability.stager import Stager
 import outputs
 import scaleout
 
-pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = outputs.REPO_ROOT
 
 OWN_PACKAGES = ("beam_pipeline", "tf_serving_input")
 

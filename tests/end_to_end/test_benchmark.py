@@ -4,11 +4,9 @@ import os
 import subprocess
 import sys
 
-import pytest
+import outputs
 
-pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
-
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "benchmark.py")
+SCRIPT = os.path.join(outputs.REPO_ROOT, "scripts", "benchmark.py")
 
 
 def test_benchmark_runs_at_a_tiny_size(tmp_path):

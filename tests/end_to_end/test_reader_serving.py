@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import imaging
+import outputs
 import outputs as output_files
 import serving_loaders
 from beam_pipeline.preprocess import cli as main
@@ -19,8 +20,6 @@ from tf_serving_input import export_serving_model, features, make_dataset
 from tf_serving_input.normalization import read_statistics
 from tf_serving_input.reader import shard_files
 from tf_serving_input.serving import rest_instances_to_inputs
-
-pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
 
 SIZE = 24
 LABELS = ["cat", "dog", "cat", "bird", "dog", "cat", "bird", "cat", "dog", "cat"]
@@ -109,7 +108,6 @@ def test_reader_is_deterministic_when_not_training_and_batches_when_training(job
 
 def validation_sources(output_dir):
     """The sources of the validation split's records, in the order the evaluation reader yields them."""
-    import outputs
 
     return [example[features.IMAGE_SOURCE].decode() for example in outputs.all_examples(output_dir, "validation")]
 
@@ -178,7 +176,7 @@ def test_train_serve_parity(job_outputs, tmp_path, image_format, loader):
 
 def test_train_script_trains_exports_and_serves(job_outputs, tmp_path):
     outputs, folder, _ = job_outputs
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train.py")
+    script = os.path.join(outputs.REPO_ROOT, "scripts", "train.py")
     result = subprocess.run(
         [sys.executable, script, "--output_dir", outputs["jpeg"], "--export_dir", str(tmp_path / "export"),
          "--predict_image", str(folder / "img3.png"), "--epochs", "1", "--batch_size", "4"],

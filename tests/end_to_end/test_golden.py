@@ -1,11 +1,11 @@
-"""The job's output bytes on the bundled sample set are exactly those recorded in tests/golden/.
+"""The job's output bytes on the bundled sample set are exactly those recorded in tests/end_to_end/golden/.
 
 The set is the first 64 rows of sample_data/sample.csv, copied with their relative
 paths (paths and keys are part of the bytes) into a temporary folder.
 
 Guards the output contract against unintended change: a refactoring, a new library
 version or another machine that alters a single stored byte fails here, naming the
-shard. For an intended change, regenerate: UPDATE_GOLDEN=1 pytest tests/test_golden.py
+shard. For an intended change, regenerate: UPDATE_GOLDEN=1 pytest tests/end_to_end/test_golden.py
 """
 
 import csv
@@ -19,8 +19,6 @@ import pytest
 import outputs
 from beam_pipeline.preprocess import cli as main
 from conftest import SAMPLE_DIR
-
-pytestmark = pytest.mark.slow  # Three runs of the job on 64 real photos.
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "sample_32px.json")
 ROWS = 64

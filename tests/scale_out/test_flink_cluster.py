@@ -2,7 +2,7 @@
 
 Runs only where FLINK_JOB_SERVER_JAR names the launcher jar that scripts/flink_job_server.sh
 builds (the cluster is started from the Flink jars in its lib/): `scripts/flink_integration_test.sh`
-runs this file after tests/test_flink.py. Elsewhere it is skipped.
+runs this file after tests/scale_out/test_flink.py. Elsewhere it is skipped.
 
 The cluster is laid out as a real one: a JobManager, two TaskManagers whose JVMs hold Flink's
 jars only (the job server ships Beam's with the job over the REST API), and beside each
@@ -36,7 +36,7 @@ JAR = os.path.abspath(JAR) if JAR else ""  # The job runs from another folder.
 # A stuck job (e.g. workers that cannot start) fails after this many seconds instead of
 # blocking CI; a healthy run takes about two minutes.
 TIMEOUT = int(os.environ.get("FLINK_TEST_TIMEOUT", "480"))
-SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "flink_cluster.sh")
+SCRIPT = os.path.join(outputs.REPO_ROOT, "scripts", "flink_cluster.sh")
 TASK_MANAGERS = ("taskmanager-1", "taskmanager-2")
 
 pytestmark = pytest.mark.skipif(

@@ -16,8 +16,6 @@ import imaging
 import outputs
 import scaleout
 
-pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
-
 BUCKET = "images"
 ACCESS_KEY, SECRET_KEY, REGION = "testing", "testing", "us-east-1"
 

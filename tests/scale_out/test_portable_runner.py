@@ -15,8 +15,6 @@ import pytest
 import outputs
 import scaleout
 
-pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
-
 
 @pytest.fixture(scope="module")
 def portable_services(tmp_path_factory):

@@ -21,7 +21,6 @@ BAD = {  # file -> (reason code, words its detail must hold)
     "notes.jpg": ("not_an_image", "unknown file format"),
     "bomb.png": ("too_many_pixels", "60000x60000 is more than max_pixels=100000000"),
 }
-pytestmark = pytest.mark.slow
 
 
 def run_cli(*args, module="beam_pipeline"):

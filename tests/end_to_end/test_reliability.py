@@ -13,8 +13,6 @@ import imaging
 import outputs
 from tf_serving_input.layout import OutputLayout
 
-pytestmark = pytest.mark.slow  # Runs the real command line in subprocesses.
-
 
 def job_command(csv_path, out, *extra):
     return [sys.executable, "-m", "beam_pipeline", "--input_csv", str(csv_path), "--output_dir", str(out),

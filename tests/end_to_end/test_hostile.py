@@ -15,7 +15,6 @@ import imaging
 import outputs
 
 SIZE = 32
-pytestmark = pytest.mark.slow
 UPRIGHT = imaging.quadrants(48, 64)
 
 

@@ -28,7 +28,6 @@ from beam_pipeline.database.server import EmbeddedServer
 from beam_pipeline.preprocess import cli as main
 from tf_serving_input import export_serving_model
 
-pytestmark = pytest.mark.slow  # Runs the real command lines in subprocesses.
 SIZE = 16
 ROWS = 10  # Per dataset, all readable.
 
