@@ -27,6 +27,9 @@ _EXIF_SEARCH_BYTES = 65536
 # Every header field this module reads lies within the first 32 bytes.
 _HEADER_BYTES = 32
 
+# The default of the functions that take a PreprocessConfig (one shared instance: it is frozen).
+_DEFAULT_CONFIG = PreprocessConfig()
+
 
 def _header(data):
     """The first bytes of `data`, zero-padded to a fixed length so reads never run off the end."""
@@ -377,7 +380,7 @@ def resize_image(image, image_size, resize_mode="center_crop", box=None):
     return result
 
 
-def preprocess_checked_image(data, image_format, height_width, config=PreprocessConfig()):
+def preprocess_checked_image(data, image_format, height_width, config=_DEFAULT_CONFIG):
     """Image bytes `inspect_image` passed -> the model-sized RGB uint8 [S, S, 3] image training sees."""
     image, box = decode_checked_image(
         data, image_format, height_width, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
@@ -385,7 +388,7 @@ def preprocess_checked_image(data, image_format, height_width, config=Preprocess
     return resize_image(image, config.image_size, config.resize_mode, box)
 
 
-def preprocess_image(data, config=PreprocessConfig()):
+def preprocess_image(data, config=_DEFAULT_CONFIG):
     """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees.
 
     Bytes that are no decodable image fail with '<reason code>: <detail>'.
