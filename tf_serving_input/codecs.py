@@ -14,12 +14,18 @@ key of their own, `image/raw`, next to `image/height`, `image/width` and
 failing to decode pixels as an image.
 """
 
+from __future__ import annotations
+
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 
 from tf_serving_input import features
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,42 +47,42 @@ class StorageCodec:
 
     name: str
     feature_key: str
-    encode: Callable
-    decode: Callable
-    decode_batch: Callable
+    encode: Callable[[tf.Tensor, features.PreprocessConfig], tf.Tensor]
+    decode: Callable[[tf.Tensor | bytes, int], tf.Tensor]
+    decode_batch: Callable[[tf.Tensor, int], tf.Tensor]
     batch_decodes: bool
     stores_pixels: bool = False
 
-    def encoded_spec(self, size):
+    def encoded_spec(self, size: int) -> tf.TensorSpec:
         """The TensorSpec of `encode`'s result for an image of side `size`."""
         if self.stores_pixels:
             return tf.TensorSpec([size, size, 3], tf.uint8)
         return tf.TensorSpec([], tf.string)
 
 
-def to_bytes(encoded):
+def to_bytes(encoded: tf.Tensor | np.ndarray | bytes) -> bytes:
     """The bytes to store for an evaluated `encode` result (raw: row-major HWC pixels)."""
     value = encoded.numpy() if hasattr(encoded, "numpy") else encoded
     return value if isinstance(value, bytes) else value.tobytes()
 
 
-def _decode_encoded(data, size):
+def _decode_encoded(data: tf.Tensor | bytes, size: int) -> tf.Tensor:
     image = tf.io.decode_image(data, channels=3, dtype=tf.uint8, expand_animations=False)
     image.set_shape([size, size, 3])
     return image
 
 
-def _decode_encoded_batch(datas, size):
+def _decode_encoded_batch(datas: tf.Tensor, size: int) -> tf.Tensor:
     return tf.map_fn(lambda data: _decode_encoded(data, size), datas,
                      fn_output_signature=tf.TensorSpec([size, size, 3], tf.uint8))
 
 
-def _decode_raw(data, size):
+def _decode_raw(data: tf.Tensor | bytes, size: int) -> tf.Tensor:
     # A record of the wrong length fails the reshape, naming both sizes.
     return tf.reshape(tf.io.decode_raw(data, tf.uint8), [size, size, 3])
 
 
-def _decode_raw_batch(datas, size):
+def _decode_raw_batch(datas: tf.Tensor, size: int) -> tf.Tensor:
     # The batch dimension from the input keeps its static size (fixed batches when the remainder
     # is dropped) and makes a record of the wrong length fail, not misalign the batch.
     shape = tf.concat([tf.shape(datas), [size, size, 3]], axis=0)
@@ -101,25 +107,26 @@ CODECS = {
 assert set(CODECS) == set(features.IMAGE_FORMATS)
 
 
-def codec_for(config):
+def codec_for(config: features.PreprocessConfig) -> StorageCodec:
     """The codec of a PreprocessConfig's `image_format`."""
     return CODECS[config.image_format]
 
 
-def record_spec(codec, **extra):
+def record_spec(codec: StorageCodec, **extra: tf.io.FixedLenFeature) -> dict[str, tf.io.FixedLenFeature]:
     """The `parse_example` spec of the stored image and its format, plus `extra` features."""
     return {codec.feature_key: tf.io.FixedLenFeature([], tf.string),
             features.IMAGE_FORMAT: tf.io.FixedLenFeature([], tf.string, default_value=""), **extra}
 
 
-def check_format(formats, codec):
+def check_format(formats: tf.Tensor, codec: StorageCodec) -> tf.Operation | None:
     """Fails with a clear error when records' `image/format` is not the codec's: returns a dependency op."""
     message = (f"records do not hold image/format '{codec.name}', the storage format the output's "
                "manifest records (were shards of different runs mixed in one folder?); they hold:")
     return tf.debugging.Assert(tf.reduce_all(tf.equal(formats, codec.name)), [message, formats], summarize=3)
 
 
-def parse_records(serialized, config, **extra):
+def parse_records(serialized: tf.Tensor, config: features.PreprocessConfig,
+                  **extra: tf.io.FixedLenFeature) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """Serialized records [B] -> (uint8 images [B, S, S, 3], parsed features), `image/format` checked.
 
     `extra` adds features to parse (e.g. the label); they come back in the dict.
@@ -131,7 +138,8 @@ def parse_records(serialized, config, **extra):
     return images, parsed
 
 
-def parse_record(serialized, config, **extra):
+def parse_record(serialized: tf.Tensor | bytes, config: features.PreprocessConfig,
+                 **extra: tf.io.FixedLenFeature) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """One serialized record -> (uint8 image [S, S, 3], parsed features), `image/format` checked."""
     codec = codec_for(config)
     parsed = tf.io.parse_single_example(serialized, record_spec(codec, **extra))

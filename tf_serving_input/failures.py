@@ -5,6 +5,8 @@ human `detail`; the manifest's `failed_by_reason` counts codes. Codes never
 change meaning; details are free text and may. Pure Python.
 """
 
+from __future__ import annotations
+
 from tf_serving_input import formats
 
 FILE_NOT_FOUND = "file_not_found"
@@ -45,27 +47,27 @@ PROBLEMS = (None, NOT_AN_IMAGE, UNSUPPORTED_FORMAT, TOO_MANY_PIXELS, CORRUPT)
 class RowFailure(Exception):
     """One row's failure: a stable `reason` code and a readable `detail`."""
 
-    def __init__(self, reason, detail):
+    def __init__(self, reason: str, detail: str) -> None:
         assert reason in REASONS, reason
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, RowFailure) and (self.reason, self.detail) == (other.reason, other.detail)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.reason, self.detail))
 
 
-def describe_decode_failure(data, error):
+def describe_decode_failure(data: bytes, error: BaseException) -> RowFailure:
     """The RowFailure for image bytes a decode op refused: truncated or corrupt, with the op's words."""
     name = formats.sniff(data) or "image"
     reason = TRUNCATED if formats.looks_truncated(data, name) else CORRUPT
     return RowFailure(reason, f"{name.upper()} data could not be decoded: {op_error_message(error)}")
 
 
-def op_error_message(error):
+def op_error_message(error: BaseException) -> str:
     """What a TensorFlow op said, in one line, without the graph's node and traceback decoration."""
     message = getattr(error, "message", None) or str(error)
     for line in message.splitlines():
@@ -79,7 +81,7 @@ def op_error_message(error):
     return type(error).__name__
 
 
-def from_serving_error(data, error):
+def from_serving_error(data: bytes, error: BaseException) -> RowFailure:
     """The RowFailure of image bytes a serving signature refused.
 
     The signature's checks fail with '<reason code>: <detail>' (preprocessing.assert_decodable);

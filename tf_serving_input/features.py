@@ -4,7 +4,11 @@ Everything that both writes and reads the output contract lives here, so the two
 sides cannot disagree about a feature key or a default.
 """
 
+from __future__ import annotations
+
 import dataclasses
+from collections.abc import Mapping
+from typing import Any, Self
 
 # tf.train.Example keys written by the Beam job (tensorflow/models naming). An image is stored
 # under IMAGE_ENCODED when it is encoded (JPEG/PNG: what decoders that call decode_image expect)
@@ -64,7 +68,7 @@ class PreprocessConfig:
     # against full decode (docs/benchmarks.md).
     jpeg_shrink_on_load: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.image_size < 1:
             raise ValueError(f"image_size must be >= 1, got {self.image_size}")
         if self.resize_mode not in RESIZE_MODES:
@@ -76,18 +80,18 @@ class PreprocessConfig:
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels must be >= 1, got {self.max_pixels}")
 
-    def to_dict(self):
+    def to_dict(self) -> dict[str, int | str | bool]:
         """Returns the settings as a JSON-serializable dict."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values):
+    def from_dict(cls, values: Mapping[str, Any]) -> Self:
         """Builds a config from `to_dict()` output, ignoring unknown keys."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
-def load_preprocess_config(output_dir):
+def load_preprocess_config(output_dir: str) -> PreprocessConfig:
     """Reads the PreprocessConfig a Beam job recorded in its manifest."""
     from tf_serving_input.layout import OutputLayout
 

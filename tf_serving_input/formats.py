@@ -5,6 +5,10 @@ evaluates it in TensorFlow ops for decoding; `sniff` evaluates it on the host
 to describe a failure. Pure Python.
 """
 
+from __future__ import annotations
+
+from typing import TypeAlias
+
 # Formats the preprocessing decodes, in the order of its decode branches.
 SUPPORTED = ("jpeg", "png", "gif", "bmp", "webp")
 # Image or document formats recognised only to name them when refusing them. TIFF is among
@@ -21,7 +25,8 @@ ANYWHERE = -1
 _HEIF_BRANDS = (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"hevm", b"hevs", b"mif1", b"msf1")
 
 # (format, ((offset, magic), ...)): a format matches when every (offset, magic) pair does.
-SIGNATURES = (
+Signature: TypeAlias = tuple[str, tuple[tuple[int, bytes], ...]]
+SIGNATURES: tuple[Signature, ...] = (
     ("jpeg", ((0, b"\xff\xd8\xff"),)),
     ("png", ((0, b"\x89PNG\r\n\x1a\n"),)),
     ("gif", ((0, b"GIF87a"),)),
@@ -48,7 +53,7 @@ SIGNATURES = (
 assert {name for name, _ in SIGNATURES} == set(NAMES)
 
 
-def sniff(data):
+def sniff(data: bytes) -> str | None:
     """The format name of encoded bytes by their magic bytes, or None when none matches."""
     head = data[:SNIFF_BYTES]
     for name, parts in SIGNATURES:
@@ -58,7 +63,7 @@ def sniff(data):
     return None
 
 
-def looks_truncated(data, name):
+def looks_truncated(data: bytes, name: str) -> bool:
     """Whether bytes of a supported format end before their format says they do."""
     tail = data.rstrip(b"\x00")
     if name == "jpeg":

@@ -11,7 +11,10 @@ FileSystems and TensorFlow's gfile. Pure Python: importing it loads neither
 TensorFlow nor Beam.
 """
 
+from __future__ import annotations
+
 import json
+from typing import Any, ClassVar
 
 # Version of the layout and record contract. A run refuses to resume output written under
 # another version (run.json records it): its shards would not match the new ones.
@@ -19,40 +22,40 @@ LAYOUT_VERSION = 2
 TEMP_SUFFIX = ".incomplete"
 
 
-def join(base, *parts):
+def join(base: str, *parts: str) -> str:
     """`base/part/...` with '/' separators: the one path join for local folders and URIs."""
     if base.endswith("://") or base == "/":  # A bucket-less scheme or the root: keep its slashes.
         return base + "/".join(parts)
     return "/".join([base.rstrip("/"), *parts])
 
 
-def shard_name(split, index, num_shards):
+def shard_name(split: str, index: int, num_shards: int) -> str:
     """File stem of a shard, e.g. 'train-00003-of-00016'."""
     return f"{split}-{index:05d}-of-{num_shards:05d}"
 
 
-def shard_stem(file):
+def shard_stem(file: str) -> str:
     """The stem of a shard from its file's path as a manifest lists it: 'data/train-00003-of-00016.tfrecord' ->
     'train-00003-of-00016' (the inverse of `RunFolder.relative_shard_file`)."""
     return file.rsplit("/", 1)[-1].rsplit(".", 1)[0]
 
 
-def shard_glob(split="*"):
+def shard_glob(split: str = "*") -> str:
     """A glob matching the stems of every shard of `split` (all splits by default)."""
     return f"{split}-*-of-*"
 
 
-def temp_path(path, attempt):
+def temp_path(path: str, attempt: str) -> str:
     """Where attempt `attempt` (a unique id) writes `path` before publishing it under its final name."""
     return f"{path}.{attempt}{TEMP_SUFFIX}"
 
 
-def is_local(path):
+def is_local(path: str) -> bool:
     """Whether `path` is a local path (not a URI such as gs://...)."""
     return "://" not in path or path.startswith("file://")
 
 
-def read_text(path):
+def read_text(path: str) -> str:
     """The text of a file: locally with Python's open, elsewhere with TensorFlow's gfile."""
     if is_local(path):
         with open(path.removeprefix("file://"), encoding="utf-8") as f:
@@ -63,7 +66,7 @@ def read_text(path):
         return f.read()
 
 
-def _exists(path):
+def _exists(path: str) -> bool:
     if is_local(path):
         import os
 
@@ -82,67 +85,77 @@ class RunFolder:
     RUN_FILE = "run.json"
     LOCK_FILE = ".lock"
     LOG_DIR = "logs"
-    DATA_DIR = None  # Set by each kind of folder.
-    SHARD_SUFFIX = None
+    # Set by each kind of folder (typed as the str every one of them sets: RunFolder itself is never used).
+    DATA_DIR: ClassVar[str] = None  # type: ignore[assignment]
+    SHARD_SUFFIX: ClassVar[str] = None  # type: ignore[assignment]
 
-    def __init__(self, root):
+    def __init__(self, root: str) -> None:
         self.root = root
 
-    def path(self, *parts):
+    def path(self, *parts: str) -> str:
         """A path inside the folder."""
         return join(self.root, *parts)
 
     @property
-    def data_dir(self):
+    def data_dir(self) -> str:
+        """The folder of the data files (shards)."""
         return self.path(self.DATA_DIR)
 
     @property
-    def status_dir(self):
+    def status_dir(self) -> str:
+        """The folder of the shards' status files."""
         return self.path(self.STATUS_DIR)
 
     @property
-    def manifest_file(self):
+    def manifest_file(self) -> str:
+        """The manifest a finished run writes."""
         return self.path(self.MANIFEST_FILE)
 
     @property
-    def errors_file(self):
+    def errors_file(self) -> str:
+        """The failed rows, one JSON object a line."""
         return self.path(self.ERRORS_FILE)
 
     @property
-    def run_file(self):
+    def run_file(self) -> str:
+        """The run's fingerprint (its input and configuration): a run resumes only output with the same."""
         return self.path(self.RUN_FILE)
 
     @property
-    def lock_file(self):
+    def lock_file(self) -> str:
+        """The lock file naming the run writing the folder (one writer per folder)."""
         return self.path(self.LOCK_FILE)
 
     @property
-    def log_dir(self):
+    def log_dir(self) -> str:
+        """The folder of the run logs (what Beam and its workers logged)."""
         return self.path(self.LOG_DIR)
 
-    def relative_shard_file(self, name):
+    def relative_shard_file(self, name: str) -> str:
         """A shard's path relative to the folder, as the manifest lists it."""
         return f"{self.DATA_DIR}/{name}{self.SHARD_SUFFIX}"
 
-    def shard_file(self, name):
+    def shard_file(self, name: str) -> str:
         """The data file of the shard whose stem is `name`."""
         return self.path(self.relative_shard_file(name))
 
-    def status_file(self, name):
+    def status_file(self, name: str) -> str:
         """The status file a shard gets once its data file is complete."""
         return self.path(self.STATUS_DIR, name + ".json")
 
-    def shard_files_glob(self, split="*"):
+    def shard_files_glob(self, split: str = "*") -> str:
+        """A glob matching the data files of every shard of `split` (all splits by default)."""
         return self.path(self.DATA_DIR, shard_glob(split) + self.SHARD_SUFFIX)
 
-    def status_files_glob(self):
+    def status_files_glob(self) -> str:
+        """A glob matching every shard's status file."""
         return self.path(self.STATUS_DIR, "*.json")
 
-    def temp_files_globs(self):
+    def temp_files_globs(self) -> list[str]:
         """Globs of the temporary files attempts leave while writing (stale once no run holds the lock)."""
         return [self.path(folder, "*" + TEMP_SUFFIX) for folder in (self.DATA_DIR, self.STATUS_DIR)]
 
-    def load_manifest(self):
+    def load_manifest(self) -> dict[str, Any]:
         """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
         if not _exists(self.manifest_file):
             raise FileNotFoundError(f"{self.manifest_file} not found: is {self.root} the --output_dir of a "
@@ -161,23 +174,23 @@ class OutputLayout(RunFolder):
     TFT_TEMP_DIR = ".tmp"
 
     @property
-    def raw_metadata_dir(self):
+    def raw_metadata_dir(self) -> str:
         """The raw schema tensorflow-transform's `raw_feature_spec()` reads."""
         return self.path(self.RAW_METADATA_DIR)
 
     @property
-    def tft_temp_dir(self):
+    def tft_temp_dir(self) -> str:
         """tensorflow-transform's temporary folder when no --temp_location is given."""
         return self.path(self.TFT_TEMP_DIR)
 
     @classmethod
-    def entries(cls):
+    def entries(cls) -> tuple[str, ...]:
         """Every top-level name a run writes: what --overwrite removes (logs/ and the lock stay)."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
                 cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR)
 
     @classmethod
-    def kept_on_resume(cls):
+    def kept_on_resume(cls) -> tuple[str, ...]:
         """What a resumed run keeps: finished shards and their status files (verified before reuse)."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE)
 
@@ -190,20 +203,22 @@ class PredictionLayout(RunFolder):
     LOADS_DIR = "loads"  # loads/TABLE/NAME.json: what loading a shard into TABLE did.
     LOAD_ERRORS_FILE = "load_errors.jsonl"
 
-    def load_result_file(self, table, name):
+    def load_result_file(self, table: str, name: str) -> str:
         """What loading shard `name` into `table` did (rows loaded, rows left out, a problem)."""
         return self.path(self.LOADS_DIR, table, name + ".json")
 
     @property
-    def load_errors_file(self):
+    def load_errors_file(self) -> str:
         """The rows the last load left out of the database, with their reasons (JSON lines)."""
         return self.path(self.LOAD_ERRORS_FILE)
 
     @classmethod
-    def entries(cls):
+    def entries(cls) -> tuple[str, ...]:
+        """Every top-level name a run writes (logs/ and the lock stay)."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.LOADS_DIR,
                 cls.LOAD_ERRORS_FILE)
 
     @classmethod
-    def kept_on_resume(cls):
+    def kept_on_resume(cls) -> tuple[str, ...]:
+        """What a resumed run keeps: finished shards and their status files."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE)

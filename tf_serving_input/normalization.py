@@ -11,6 +11,10 @@ the statistics twice, and pixels never travel to the analysis: a [7] int64 row
 per image does (a 224x224x3 float image cost ~1.4 ms per image to hand to TFT).
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
 import tensorflow as tf
 import tensorflow_transform as tft
 
@@ -19,7 +23,7 @@ from tf_serving_input import features
 MOMENTS = features.PIXEL_MOMENTS  # sum R, G, B; sum of squares R, G, B; pixel count.
 
 
-def pixel_moments(image):
+def pixel_moments(image: tf.Tensor) -> tf.Tensor:
     """Exact moments of one uint8 [H, W, 3] image: int64 [7] (sums, sums of squares, pixel count).
 
     Integers all the way (int32 per-channel sums fit up to 8 million pixels,
@@ -33,7 +37,8 @@ def pixel_moments(image):
     return tf.concat([sums, squares, count], axis=0)
 
 
-def normalize_images(images, mean, std):
+def normalize_images(images: tf.Tensor, mean: tf.Tensor | Sequence[float],
+                     std: tf.Tensor | Sequence[float]) -> tf.Tensor:
     """(pixels - mean) / std per channel, float32: the one normalization formula.
 
     The reader applies it to whole batches, the serving signature to each
@@ -48,7 +53,7 @@ def normalize_images(images, mean, std):
     return (images - tf.broadcast_to(mean, plane)) * tf.broadcast_to(1.0 / tf.cast(std, tf.float32), plane)
 
 
-def raw_feature_spec():
+def raw_feature_spec() -> dict[str, tf.io.FixedLenFeature]:
     """The raw features the transform graph takes: one image's pixel moments and its label text."""
     return {
         features.RAW_PIXEL_MOMENTS: tf.io.FixedLenFeature([MOMENTS], tf.int64),
@@ -56,7 +61,7 @@ def raw_feature_spec():
     }
 
 
-def raw_batch_type_specs():
+def raw_batch_type_specs() -> dict[str, tf.TensorSpec]:
     """Type specs of a batch of raw features, as the Beam job hands them to TFT in Arrow form."""
     return {
         features.RAW_PIXEL_MOMENTS: tf.TensorSpec([None, MOMENTS], tf.int64),
@@ -64,7 +69,7 @@ def raw_batch_type_specs():
     }
 
 
-def preprocessing_fn(inputs):
+def preprocessing_fn(inputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     """Full-pass statistics: per-channel pixel mean and population std, and the label vocabulary.
 
     Outputs 'pixel_mean' and 'pixel_std' ([B, 3] float32: the same constants for
@@ -96,7 +101,9 @@ def preprocessing_fn(inputs):
     }
 
 
-def read_statistics(output_dir, transform_output=None):
+def read_statistics(
+        output_dir: str, transform_output: tft.TFTransformOutput | None = None,
+) -> tuple[list[float], list[float], list[str]]:
     """Returns (mean, std, vocabulary) as the saved transform graph holds them.
 
     mean and std are lists of 3 floats (RGB); vocabulary is the list of label

@@ -14,6 +14,10 @@ the reason code ("not_an_image: ...", "too_many_pixels: ..."), which is what a
 serving request sees. A decode op that fails on bad data raises its own error.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 import tensorflow as tf
 
 from tf_serving_input import failures, formats
@@ -27,28 +31,31 @@ _EXIF_SEARCH_BYTES = 65536
 # Every header field this module reads lies within the first 32 bytes.
 _HEADER_BYTES = 32
 
+# The default of the functions that take a PreprocessConfig (one shared instance: it is frozen).
+_DEFAULT_CONFIG = PreprocessConfig()
 
-def _header(data):
+
+def _header(data: tf.Tensor) -> tf.Tensor:
     """The first bytes of `data`, zero-padded to a fixed length so reads never run off the end."""
     return tf.strings.join([tf.strings.substr(data, 0, _HEADER_BYTES), b"\0" * _HEADER_BYTES])
 
 
-def _bytes_at(header, offset, length):
+def _bytes_at(header: tf.Tensor, offset: int, length: int) -> tf.Tensor:
     """Returns `length` bytes of a padded `_header` from `offset` as an int64 vector."""
     raw = tf.io.decode_raw(tf.strings.substr(header, offset, length), tf.uint8)
     return tf.reshape(tf.cast(raw, tf.int64), [length])
 
 
-def _little_endian(raw):
+def _little_endian(raw: tf.Tensor) -> tf.Tensor:
     weights = tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64)[: raw.shape[0]]
     return tf.reduce_sum(raw * weights)
 
 
-def _big_endian(raw):
+def _big_endian(raw: tf.Tensor) -> tf.Tensor:
     return _little_endian(tf.reverse(raw, [0]))
 
 
-def _match_signatures(head, signatures):
+def _match_signatures(head: tf.Tensor, signatures: Sequence[formats.Signature]) -> tf.Tensor:
     """Index into formats.NAMES of the first of `signatures` that `head` matches, else -1."""
     index = tf.constant(-1, tf.int32)
     for name, parts in reversed(signatures):  # Built back to front: the first match wins.
@@ -65,7 +72,7 @@ _DECODED_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] in formats.SUP
 _OTHER_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] not in formats.SUPPORTED)
 
 
-def sniff_format(data):
+def sniff_format(data: tf.Tensor | bytes) -> tf.Tensor:
     """Returns the container format of encoded bytes as an int32 index into `formats.NAMES`.
 
     The format comes from the magic bytes (`formats.SIGNATURES`), never from a
@@ -80,7 +87,7 @@ def sniff_format(data):
     return tf.cond(decoded >= 0, lambda: decoded, lambda: _match_signatures(head, _OTHER_SIGNATURES))
 
 
-def _webp_dimensions(data):
+def _webp_dimensions(data: tf.Tensor) -> tf.Tensor:
     chunk = tf.strings.substr(data, 12, 4)
     lossy = _bytes_at(data, 26, 4)  # 'VP8 ': 14-bit width, 14-bit height.
     mask = tf.constant(0x3FFF, tf.int64)
@@ -95,34 +102,34 @@ def _webp_dimensions(data):
                     tf.where(tf.equal(chunk, b"VP8X"), extended_hw, lossy_hw))
 
 
-def header_dimensions(data, image_format):
+def header_dimensions(data: tf.Tensor | bytes, image_format: tf.Tensor | int) -> tf.Tensor:
     """Returns [height, width] (int64) read from the image header, without decoding pixels."""
     full = tf.convert_to_tensor(data, tf.string)
     data = _header(full)
 
-    def jpeg():
+    def jpeg() -> tf.Tensor:
         return tf.cast(tf.image.extract_jpeg_shape(full)[:2], tf.int64)
 
-    def png():
+    def png() -> tf.Tensor:
         return tf.stack([_big_endian(_bytes_at(data, 20, 4)), _big_endian(_bytes_at(data, 16, 4))])
 
-    def gif():
+    def gif() -> tf.Tensor:
         return tf.stack([_little_endian(_bytes_at(data, 8, 2)), _little_endian(_bytes_at(data, 6, 2))])
 
-    def bmp():
+    def bmp() -> tf.Tensor:
         raw = _bytes_at(data, 18, 8)
         width, height = _little_endian(raw[0:4]), _little_endian(raw[4:8])
         # Heights are signed: negative means a top-down bitmap.
         height = tf.where(height >= 1 << 31, (1 << 32) - height, height)
         return tf.stack([height, width])
 
-    def webp():
+    def webp() -> tf.Tensor:
         return _webp_dimensions(data)
 
     return tf.switch_case(image_format, [jpeg, png, gif, bmp, webp])
 
 
-def exif_orientation(data):
+def exif_orientation(data: tf.Tensor | bytes) -> tf.Tensor:
     """Returns the EXIF orientation (1..8) of JPEG bytes; 1 when absent or unreadable."""
     data = tf.convert_to_tensor(data, tf.string)
     head = tf.strings.substr(data, 0, _EXIF_SEARCH_BYTES)
@@ -139,7 +146,7 @@ def exif_orientation(data):
     raw = tf.concat([raw, tf.zeros([16], tf.int64)], 0)  # Keeps every gather below in range.
     little = tf.equal(tf.strings.substr(tiff, 0, 2), b"II")
 
-    def read(offsets, length):
+    def read(offsets: tf.Tensor, length: int) -> tf.Tensor:
         window = tf.gather(raw, offsets[..., None] + tf.range(length, dtype=tf.int64))
         weights = tf.constant([1, 1 << 8, 1 << 16, 1 << 24], tf.int64)[:length]
         return tf.where(little, tf.reduce_sum(window * weights, -1),
@@ -158,9 +165,9 @@ def exif_orientation(data):
     return tf.cast(tf.where(valid, orientation, 1), tf.int32)
 
 
-def apply_orientation(image, orientation):
+def apply_orientation(image: tf.Tensor, orientation: tf.Tensor | int) -> tf.Tensor:
     """Turns an [H, W, C] image stored with EXIF `orientation` (1..8) upright."""
-    def transpose(x):
+    def transpose(x: tf.Tensor) -> tf.Tensor:
         return tf.transpose(x, [1, 0, 2])
 
     branches = [
@@ -176,14 +183,14 @@ def apply_orientation(image, orientation):
     return tf.switch_case(tf.clip_by_value(orientation, 1, 8) - 1, branches)
 
 
-def to_rgb(image):
+def to_rgb(image: tf.Tensor) -> tf.Tensor:
     """Converts uint8 [H, W, 1|2|3|4] to [H, W, 3]; alpha is composited over white."""
     channels = tf.shape(image)[-1]
     has_alpha = tf.equal(channels % 2, 0)
     color_channels = channels - tf.cast(has_alpha, tf.int32)
     color = tf.gather(image, tf.minimum(tf.range(3), color_channels - 1), axis=-1)
 
-    def composite():
+    def composite() -> tf.Tensor:
         alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
         blended = tf.cast(color, tf.float32) * alpha + 255.0 * (1.0 - alpha)
         return tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8)
@@ -191,7 +198,7 @@ def to_rgb(image):
     return tf.cond(has_alpha, composite, lambda: color)
 
 
-def jpeg_shrink_index(height_width, shrink_to, resize_mode):
+def jpeg_shrink_index(height_width: tf.Tensor, shrink_to: int, resize_mode: str) -> tf.Tensor:
     """Index into (1, 2, 4, 8) of the largest DCT downscale that keeps the image big enough.
 
     The side `resize_mode` scales to image size (the shorter one for
@@ -202,7 +209,8 @@ def jpeg_shrink_index(height_width, shrink_to, resize_mode):
     return tf.add_n([tf.cast(side // factor >= shrink_to, tf.int32) for factor in (2, 4, 8)])
 
 
-def inspect_image(data, max_pixels=PreprocessConfig.max_pixels):
+def inspect_image(data: tf.Tensor | bytes,
+                  max_pixels: int = PreprocessConfig.max_pixels) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """What the bytes are, before any pixel is decoded: (problem, format, [height, width]).
 
     `problem` (int32) indexes `failures.PROBLEMS`: 0 when the image can be
@@ -229,7 +237,7 @@ def inspect_image(data, max_pixels=PreprocessConfig.max_pixels):
     return problem, image_format, height_width
 
 
-def problem_detail(problem, image_format, height_width, max_pixels):
+def problem_detail(problem: tf.Tensor, image_format: tf.Tensor, height_width: tf.Tensor, max_pixels: int) -> tf.Tensor:
     """The readable detail (a string tensor) of a problem `inspect_image` found; '' when none."""
     decoded = ", ".join(name.upper() for name in formats.SUPPORTED)
     name = tf.gather(tf.constant([name.upper() for name in formats.NAMES] + ["?"]),
@@ -247,14 +255,16 @@ def problem_detail(problem, image_format, height_width, max_pixels):
     return tf.switch_case(problem, [branches[reason] for reason in failures.PROBLEMS])
 
 
-def assert_decodable(problem, image_format, height_width, max_pixels):
+def assert_decodable(problem: tf.Tensor, image_format: tf.Tensor, height_width: tf.Tensor,
+                     max_pixels: int) -> tf.Operation | None:
     """An op that fails with '<reason code>: <detail>' when `inspect_image` found a problem."""
     reason = tf.gather(tf.constant([reason or "" for reason in failures.PROBLEMS]), problem)
     message = tf.strings.join([reason, ": ", problem_detail(problem, image_format, height_width, max_pixels)])
     return tf.debugging.Assert(tf.equal(problem, 0), [message], summarize=1)
 
 
-def decode_image(data, max_pixels=PreprocessConfig.max_pixels, shrink_to=None, resize_mode="center_crop"):
+def decode_image(data: tf.Tensor | bytes, max_pixels: int = PreprocessConfig.max_pixels, shrink_to: int | None = None,
+                 resize_mode: str = "center_crop") -> tf.Tensor:
     """Decodes JPEG/PNG/GIF/BMP/WebP bytes into an upright RGB uint8 [H, W, 3] tensor.
 
     Checks the bytes first (`inspect_image`); see `decode_checked_image`.
@@ -265,7 +275,9 @@ def decode_image(data, max_pixels=PreprocessConfig.max_pixels, shrink_to=None, r
     return decode_checked_image(data, image_format, height_width, shrink_to, resize_mode)[0]
 
 
-def decode_checked_image(data, image_format, height_width, shrink_to=None, resize_mode="center_crop"):
+def decode_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, height_width: tf.Tensor,
+                         shrink_to: int | None = None,
+                         resize_mode: str = "center_crop") -> tuple[tf.Tensor, tf.Tensor]:
     """Decodes image bytes `inspect_image` passed; returns (upright RGB uint8 [H, W, 3], box float32 [4]).
 
     `image_format` and `height_width` are what `inspect_image` returned. JPEGs
@@ -287,7 +299,7 @@ def decode_checked_image(data, image_format, height_width, shrink_to=None, resiz
     """
     data = tf.convert_to_tensor(data, tf.string)
 
-    def jpeg():
+    def jpeg() -> tuple[tf.Tensor, tf.Tensor]:
         orientation = exif_orientation(data)
         if shrink_to is None:
             image = apply_orientation(tf.io.decode_jpeg(data, channels=3), orientation)
@@ -305,7 +317,7 @@ def decode_checked_image(data, image_format, height_width, shrink_to=None, resiz
         origin = tf.where(reversed_axes, tf.cast(tf.shape(image)[:2], tf.float32) - extent, 0.0)
         return image, tf.concat([origin, extent], 0)
 
-    def other():
+    def other() -> tuple[tf.Tensor, tf.Tensor]:
         # expand_animations=False decodes only the first frame of an animated GIF or
         # WebP: a many-frame file costs one frame of memory, like the header check assumes.
         image = tf.io.decode_image(data, channels=0, dtype=tf.uint8, expand_animations=False)
@@ -317,11 +329,12 @@ def decode_checked_image(data, image_format, height_width, shrink_to=None, resiz
     return image, box
 
 
-def _whole_box(image):
+def _whole_box(image: tf.Tensor) -> tf.Tensor:
     return tf.concat([tf.zeros([2]), tf.cast(tf.shape(image)[:2], tf.float32)], 0)
 
 
-def _scale_and_translate(image, height, width, scale, translation):
+def _scale_and_translate(image: tf.Tensor, height: tf.Tensor | int, width: tf.Tensor | int, scale: tf.Tensor,
+                         translation: tf.Tensor) -> tf.Tensor:
     """Antialiased (triangle-filtered) resampling of uint8 [H, W, 3] to uint8 [height, width, 3].
 
     Output pixel (y, x) samples the input at ((y, x) + 0.5 - translation) / scale - 0.5:
@@ -335,7 +348,8 @@ def _scale_and_translate(image, height, width, scale, translation):
     return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
 
 
-def resize_image(image, image_size, resize_mode="center_crop", box=None):
+def resize_image(image: tf.Tensor, image_size: int, resize_mode: str = "center_crop",
+                 box: tf.Tensor | None = None) -> tf.Tensor:
     """Resizes an RGB uint8 [H, W, 3] image to [image_size, image_size, 3].
 
     Modes: 'center_crop' scales the shorter side to image_size and keeps the
@@ -377,7 +391,8 @@ def resize_image(image, image_size, resize_mode="center_crop", box=None):
     return result
 
 
-def preprocess_checked_image(data, image_format, height_width, config=PreprocessConfig()):
+def preprocess_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, height_width: tf.Tensor,
+                             config: PreprocessConfig = _DEFAULT_CONFIG) -> tf.Tensor:
     """Image bytes `inspect_image` passed -> the model-sized RGB uint8 [S, S, 3] image training sees."""
     image, box = decode_checked_image(
         data, image_format, height_width, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
@@ -385,7 +400,7 @@ def preprocess_checked_image(data, image_format, height_width, config=Preprocess
     return resize_image(image, config.image_size, config.resize_mode, box)
 
 
-def preprocess_image(data, config=PreprocessConfig()):
+def preprocess_image(data: tf.Tensor | bytes, config: PreprocessConfig = _DEFAULT_CONFIG) -> tf.Tensor:
     """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees.
 
     Bytes that are no decodable image fail with '<reason code>: <detail>'.

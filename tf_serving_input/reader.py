@@ -11,6 +11,8 @@ tensorflow-transform graph the job saved (read from it once, never typed
 twice), then prefetched. Labels are mapped with the job's TFT vocabulary.
 """
 
+from __future__ import annotations
+
 import os
 
 import tensorflow as tf
@@ -35,14 +37,14 @@ _normalize_fused = tf.function(normalize_images, jit_compile=True)
 _LABEL_SPEC = {features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string, default_value="")}
 
 
-def _usable_cores():
+def _usable_cores() -> int:
     """Cores this process may run on (affinity and cgroup-set CPU lists count; not on macOS)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
 
 
-def shard_files(output_dir, split):
+def shard_files(output_dir: str, split: str) -> list[str]:
     """The split's shard files, sorted; raises ValueError naming the folder when there are none."""
     pattern = OutputLayout(output_dir).shard_files_glob(split)
     files = sorted(tf.io.gfile.glob(pattern))
@@ -52,12 +54,13 @@ def shard_files(output_dir, split):
     return files
 
 
-def _nearest(coordinates, limit):
+def _nearest(coordinates: tf.Tensor, limit: tf.Tensor | int) -> tf.Tensor:
     """Indices of the source pixels nearest to sample coordinates, clamped to [0, limit)."""
     return tf.clip_by_value(tf.cast(tf.round(coordinates), tf.int32), 0, limit - 1)
 
 
-def augment_and_normalize(images, mean, std, randoms, min_crop_area=0.8):
+def augment_and_normalize(images: tf.Tensor, mean: tf.Tensor, std: tf.Tensor, randoms: tf.Tensor,
+                          min_crop_area: float = 0.8) -> tf.Tensor:
     """uint8 [B, S, S, 3] -> normalized float32, each image flipped at random and randomly cropped.
 
     Per image: a square crop of a random area fraction in [min_crop_area, 1] at a random place,
@@ -92,9 +95,12 @@ def augment_and_normalize(images, mean, std, randoms, min_crop_area=0.8):
 _augment_fused = tf.function(augment_and_normalize, jit_compile=True)
 
 
-def make_dataset(output_dir, split="train", batch_size=64, training=True, *, repeat=False, cache=False,
-                 seed=None, drop_remainder=None, augment=None, deterministic=None, shuffle_buffer=2048,
-                 cycle_length=None, input_context=None, transform_output=None):
+def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, training: bool = True, *,
+                 repeat: bool = False, cache: bool = False, seed: int | None = None,
+                 drop_remainder: bool | None = None, augment: bool | None = None, deterministic: bool | None = None,
+                 shuffle_buffer: int = 2048, cycle_length: int | None = None,
+                 input_context: tf.distribute.InputContext | None = None,
+                 transform_output: tft.TFTransformOutput | None = None) -> tf.data.Dataset:
     """Returns a tf.data.Dataset of (images float32 [B, S, S, 3], labels int64 [B]).
 
     Args:
@@ -156,7 +162,7 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
         records = records.repeat()
 
     if codec_for(config).batch_decodes:
-        def parse_and_decode_batch(batch):
+        def parse_and_decode_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             # Fixed-size pixels: one vectorized parse and one decode for the whole batch
             # (~1.6x the records/s of parsing one record per map call).
             images, parsed = parse_records(batch, config, **_LABEL_SPEC)
@@ -165,7 +171,7 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
         dataset = records.batch(batch_size, drop_remainder=drop_remainder)
         dataset = dataset.map(parse_and_decode_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     else:
-        def parse_and_decode(record):
+        def parse_and_decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
             image, parsed = parse_record(record, config, **_LABEL_SPEC)
             return image, parsed[features.LABEL_TEXT]
 
@@ -173,11 +179,12 @@ def make_dataset(output_dir, split="train", batch_size=64, training=True, *, rep
         dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
                                 deterministic=deterministic)
 
-    def normalize_batch(images, label_text):
+    def normalize_batch(images: tf.Tensor, label_text: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # One fused op for the whole batch, with the statistics of the saved TFT graph.
         return _normalize_fused(images, mean, std), labels_table.lookup(label_text)
 
-    def augment_and_normalize_batch(batch, batch_seed):
+    def augment_and_normalize_batch(batch: tuple[tf.Tensor, tf.Tensor],
+                                    batch_seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         images, label_text = batch
         randoms = tf.random.stateless_uniform([tf.shape(images)[0], 4], seed=batch_seed)
         return _augment_fused(images, mean, std, randoms), labels_table.lookup(label_text)

@@ -17,9 +17,14 @@ session loader then fails with "Could not find variable ..."
 (tensorflow/serving#2250).
 """
 
+from __future__ import annotations
+
 import base64
 import dataclasses
 import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 import keras
 import tensorflow as tf
@@ -45,7 +50,7 @@ EMBEDDING = "embedding"
 INFO_FILE = "assets.extra/beam_image_pipeline.json"
 
 
-def embedding_tensor(model, embedding_layer=None):
+def embedding_tensor(model: keras.Model, embedding_layer: str | None = None) -> keras.KerasTensor:
     """The symbolic tensor the export returns as `embedding`, flattened to [B, D].
 
     `embedding_layer=None` takes the penultimate layer: the input of the
@@ -68,7 +73,7 @@ def embedding_tensor(model, embedding_layer=None):
     return tensor
 
 
-def _serving_model(model, embedding_layer):
+def _serving_model(model: keras.Model, embedding_layer: str | Literal[False] | None) -> tuple[keras.Model, bool]:
     """`model` as a Keras model whose outputs are {'scores': ..., 'embedding': ...} (embedding optional)."""
     if embedding_layer is False:
         return model, False
@@ -79,7 +84,8 @@ def _serving_model(model, embedding_layer):
     return keras.Model(model.inputs, outputs, name=f"{model.name}_serving"), True
 
 
-def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
+def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
+                         embedding_layer: str | Literal[False] | None = None) -> str:
     """Writes a SavedModel to `export_dir` whose signatures apply the job's preprocessing.
 
     Signatures: 'serving_default' takes `image_bytes` (tf.string [None], raw
@@ -103,7 +109,7 @@ def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
     size = config.image_size
     image_spec = tf.TensorSpec([size, size, 3], tf.uint8)
 
-    def predict(images):
+    def predict(images: tf.Tensor) -> dict[str, tf.Tensor]:
         outputs = serving_model(normalize_images(images, mean, std), training=False)
         scores = outputs[SCORES] if with_embedding else outputs
         result = {SCORES: scores}
@@ -115,13 +121,13 @@ def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
             result[CLASSES] = tf.gather(vocabulary_tensor, class_ids)
         return result
 
-    def serve_image_bytes(image_bytes):
+    def serve_image_bytes(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
         """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
         images = tf.map_fn(lambda data: preprocess_image(data, config), image_bytes,
                            fn_output_signature=image_spec)
         return predict(images)
 
-    def serve_examples(examples):
+    def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""
         return predict(parse_records(examples, config)[0])
 
@@ -145,19 +151,19 @@ def export_serving_model(model, output_dir, export_dir, embedding_layer=None):
 class ExportInfo:
     """What an export of `export_serving_model` is: its preprocessing, labels and embedding size."""
 
-    preprocess: dict
-    vocabulary: list
+    preprocess: dict[str, Any]
+    vocabulary: list[str]
     embedding_size: int
-    embedding_layer: str
+    embedding_layer: str | None
     INFO_FILE = INFO_FILE
 
     @staticmethod
-    def signature(records):
+    def signature(records: bool) -> tuple[str, str]:
         """(signature, input name) for serialized job records (True) or raw image bytes (False)."""
         return (EXAMPLES_SIGNATURE, EXAMPLES_INPUT) if records else (BYTES_SIGNATURE, IMAGE_BYTES_INPUT)
 
 
-def read_export_info(export_dir):
+def read_export_info(export_dir: str) -> ExportInfo:
     """The ExportInfo of an export; FileNotFoundError naming the folder when it is not one of ours."""
     from tf_serving_input.layout import join, read_text
 
@@ -172,7 +178,8 @@ def read_export_info(export_dir):
                       embedding_size=info["embedding_size"], embedding_layer=info["embedding_layer"])
 
 
-def rest_request_body(image_paths, signature_name=BYTES_SIGNATURE):
+def rest_request_body(image_paths: Iterable[str | os.PathLike[str]],
+                      signature_name: str = BYTES_SIGNATURE) -> dict[str, Any]:
     """The JSON body of a TensorFlow Serving REST `:predict` call for image files (row format)."""
     instances = []
     for path in image_paths:
@@ -181,12 +188,12 @@ def rest_request_body(image_paths, signature_name=BYTES_SIGNATURE):
     return {"signature_name": signature_name, "instances": instances}
 
 
-def rest_instances_to_inputs(body):
+def rest_instances_to_inputs(body: Mapping[str, Any]) -> dict[str, list[Any]]:
     """The signature inputs TensorFlow Serving builds from a REST row-format body: {name: [values]}.
 
     Each `{"b64": ...}` value becomes the bytes it encodes, as the server decodes it.
     """
-    inputs = {}
+    inputs: dict[str, list[Any]] = {}
     for instance in body["instances"]:
         for name, value in instance.items():
             if isinstance(value, dict) and set(value) == {"b64"}:

@@ -1,7 +1,16 @@
 """Contact sheets: a PNG grid of images, each captioned, for a user to look at the data (Pillow only)."""
 
+from __future__ import annotations
 
-def render_contact_sheet(samples, path, columns=8):
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+def render_contact_sheet(samples: Sequence[tuple[np.ndarray[Any, Any], str, Any]], path: str,
+                         columns: int = 8) -> None:
     """Writes a PNG grid of the sample images, each captioned with its label."""
     from PIL import Image, ImageDraw, ImageFont
 

@@ -16,10 +16,20 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from beam_pipeline.common import flags
 from beam_pipeline.common.redact import redact
+
+if TYPE_CHECKING:
+    from apache_beam import Pipeline
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.common.run_errors import RunLog, Step
+    from tf_serving_input.layout import OutputLayout, PredictionLayout
+
+# The job's output folder: a preprocess job's OutputLayout or a predict job's PredictionLayout.
+LayoutT = TypeVar("LayoutT", bound="OutputLayout | PredictionLayout")
 
 # How many problem names a one-line error lists before "...".
 MAX_LISTED = 10
@@ -34,11 +44,11 @@ def listed(items: list[str], limit: int = MAX_LISTED) -> str:
     return ", ".join(items[:limit]) + (" ..." if len(items) > limit else "")
 
 
-class Launcher:
+class Launcher(Generic[LayoutT]):
     """One run of a job into an output folder (`layout`: a tf_serving_input.layout layout)."""
 
-    def __init__(self, layout: Any, beam_args: list[str], pipeline_options: Any, *, progress: bool = True,
-                 max_error_rate: float = 0.01, overwrite: bool = False) -> None:
+    def __init__(self, layout: LayoutT, beam_args: list[str], pipeline_options: PipelineOptions, *,
+                 progress: bool = True, max_error_rate: float = 0.01, overwrite: bool = False) -> None:
         self.layout = layout
         self.beam_args = beam_args
         self.pipeline_options = pipeline_options
@@ -51,14 +61,14 @@ class Launcher:
         """What the launcher does first, for a one-line error ('reading the CSV x.csv')."""
         return f"preparing the output folder {self.layout.root}"
 
-    def check(self, step: Any) -> None:
+    def check(self, step: Step) -> None:
         """Checks the inputs before any work; raises Refused (or another refusal) naming what is wrong."""
 
-    def fingerprint(self) -> dict:
+    def fingerprint(self) -> dict[str, Any]:
         """What makes two runs the same run (resumed) rather than another one (refused)."""
         raise NotImplementedError
 
-    def run(self, finished_earlier: int, step: Any, run_log: Any) -> int:
+    def run(self, finished_earlier: int, step: Step, run_log: RunLog) -> int:
         """The run itself, in the locked and prepared folder; returns the exit code."""
         raise NotImplementedError
 
@@ -66,11 +76,11 @@ class Launcher:
         """Exception types, besides the shared ones, that mean "refused before any work" (exit 2)."""
         return ()
 
-    def failure_line(self, error: Exception, run_log: Any) -> str | None:
+    def failure_line(self, error: Exception, run_log: RunLog) -> str | None:
         """A job's own one-line error for a known failure (exit 1), or None for the generic line."""
         return None
 
-    def locked(self, step: Any, run_log: Any) -> int:
+    def locked(self, step: Step, run_log: RunLog) -> int:
         """What runs under the folder's lock: prepare it (resume, refuse or overwrite), then `run`."""
         from beam_pipeline.common import output_dir
 
@@ -93,7 +103,9 @@ class Launcher:
                 if lock.notice:
                     print(f"notice: {lock.notice}", flush=True)
                 return self.locked(step, run_log)
-        except (Refused, csv_rows.CsvError, output_dir.OutputDirError, LockHeld, *self.refusals()) as error:
+        # mypy cannot type a starred tuple in `except`; refusals() does return exception types.
+        except (Refused, csv_rows.CsvError, output_dir.OutputDirError, LockHeld,  # type: ignore[misc]
+                *self.refusals()) as error:
             print(redact(f"error: {error}"), file=sys.stderr)
             return 2
         except Exception as error:  # noqa: BLE001 - the run itself failed: one line, the traceback in a log.
@@ -110,8 +122,8 @@ class Launcher:
             print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
                   "configuration are checked: kept when they verify, rewritten otherwise", flush=True)
 
-    def run_pipeline(self, step: Any, run_log: Any, doing: str, build: Callable[[Any], Any],
-                     shards: int = 0, rows: int = 0, options: Any = None) -> float:
+    def run_pipeline(self, step: Step, run_log: RunLog, doing: str, build: Callable[[Pipeline], object],
+                     shards: int = 0, rows: int = 0, options: PipelineOptions | None = None) -> float:
         """Builds (`build(pipeline)`) and runs one Beam pipeline; returns its wall seconds.
 
         Progress lines follow the shard status files while `shards` complete (local runners);
@@ -137,7 +149,7 @@ class Launcher:
                 monitor.stop()
         return time.time() - started
 
-    def verified_statuses(self, step: Any, names: list[str]) -> list[dict] | None:
+    def verified_statuses(self, step: Step, names: list[str]) -> list[dict[str, Any]] | None:
         """Every expected shard's status, each file present with its recorded size; None (after one line) if not."""
         from beam_pipeline.common import report
 
@@ -150,7 +162,7 @@ class Launcher:
             return None
         return statuses
 
-    def error_budget_code(self, manifest: dict) -> int:
+    def error_budget_code(self, manifest: dict[str, Any]) -> int:
         """1 (after one line naming the top reasons) when more than --max_error_rate of the rows failed, else 0."""
         rows, failed = manifest["rows"], manifest["failed"]
         if not rows or failed / rows <= self.max_error_rate:

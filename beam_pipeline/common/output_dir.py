@@ -4,16 +4,23 @@ Shared by the jobs: each passes its layout (tf_serving_input.layout) and the
 fingerprint of what it is about to produce.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common.files import read_json, write_json
+
+if TYPE_CHECKING:
+    from tf_serving_input.layout import OutputLayout, PredictionLayout
 
 
 class OutputDirError(RuntimeError):
     """The output folder cannot be used as asked."""
 
 
-def prepare(layout, fingerprint, overwrite):
+def prepare(layout: OutputLayout | PredictionLayout, fingerprint: dict[str, Any], overwrite: bool) -> int:
     """Makes the folder ready; returns how many finished shards an earlier identical run left.
 
     An earlier run with the same `fingerprint` (its run file) is resumed: its

@@ -1,14 +1,21 @@
 """Progress lines while a local run writes shards: done/total, images/s, ETA."""
 
+from __future__ import annotations
+
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common.files import read_json
 
+if TYPE_CHECKING:
+    from tf_serving_input.layout import RunFolder
 
-def format_duration(seconds):
+
+def format_duration(seconds: float) -> str:
     """Seconds as H:MM:SS."""
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
@@ -21,7 +28,8 @@ class ShardProgress(threading.Thread):
     works whichever process or machine wrote them.
     """
 
-    def __init__(self, layout, total_shards, total_rows, interval=1.0, out=print):
+    def __init__(self, layout: RunFolder, total_shards: int, total_rows: int, interval: float = 1.0,
+                 out: Callable[..., Any] = print) -> None:
         super().__init__(daemon=True)
         self._pattern = layout.status_files_glob()
         self._total_shards = total_shards
@@ -30,11 +38,11 @@ class ShardProgress(threading.Thread):
         self._out = out
         self._stop_event = threading.Event()
         self._start_time = time.time()
-        self._rows_by_status = {}
+        self._rows_by_status: dict[str, int] = {}
         self._poll()  # Shards an earlier run finished count as done, not as speed.
         self._baseline_rows = sum(self._rows_by_status.values())
 
-    def _poll(self):
+    def _poll(self) -> bool:
         try:
             matches = FileSystems.match([self._pattern])[0].metadata_list
         except Exception:  # noqa: BLE001 - the folder may not exist yet.
@@ -50,7 +58,7 @@ class ShardProgress(threading.Thread):
             changed = True
         return changed
 
-    def report(self):
+    def report(self) -> None:
         """Prints one progress line for what is complete now."""
         done = len(self._rows_by_status)
         rows = sum(self._rows_by_status.values())
@@ -61,12 +69,12 @@ class ShardProgress(threading.Thread):
         self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "
                   f"{rate:.1f} images/s, ETA {eta}", flush=True)
 
-    def run(self):
+    def run(self) -> None:
         while not self._stop_event.wait(self._interval):
             if self._poll():
                 self.report()
 
-    def stop(self):
+    def stop(self) -> None:
         """Stops watching after a last look, so the final line shows the end state."""
         self._stop_event.set()
         self.join()

@@ -4,15 +4,28 @@ TensorFlow's own writer cannot reach every filesystem Beam can (s3:// among
 them), so shards are framed here and written through Beam's FileSystems.
 """
 
+from __future__ import annotations
+
 import struct
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import google_crc32c
 import tensorflow as tf
 
 from tf_serving_input import features
 
+if TYPE_CHECKING:
+    from tf_serving_input.codecs import StorageCodec
 
-def make_example(stored, codec, image_size, source, key, label):
+
+class Readable(Protocol):
+    """What `read_records` reads from: a binary file object (a Beam file, io.BytesIO, a wrapper)."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def make_example(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str) -> Any:
     """Builds the tf.train.Example of one stored image (see README "Output contract").
 
     `stored` goes under the storage codec's feature key (`image/encoded` for JPEG and
@@ -21,10 +34,10 @@ def make_example(stored, codec, image_size, source, key, label):
     Serialize it with `SerializeToString(deterministic=True)`: the feature map is
     otherwise written in an order that changes from process to process.
     """
-    def bytes_feature(value):
+    def bytes_feature(value: bytes) -> Any:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
-    def int_feature(value):
+    def int_feature(value: int) -> Any:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
     return tf.train.Example(features=tf.train.Features(feature={
@@ -39,12 +52,12 @@ def make_example(stored, codec, image_size, source, key, label):
     }))
 
 
-def _masked_crc(data):
+def _masked_crc(data: bytes) -> int:
     crc = google_crc32c.value(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def frame_record(record):
+def frame_record(record: bytes) -> bytes:
     """Returns `record` framed as TFRecord bytes: length, its CRC, data, data CRC."""
     length = struct.pack("<Q", len(record))
     return b"".join([length, struct.pack("<I", _masked_crc(length)),
@@ -54,12 +67,12 @@ def frame_record(record):
 class DamagedRecords(ValueError):
     """A TFRecord file whose framing or CRCs do not hold: truncated (ends early) or corrupt."""
 
-    def __init__(self, message, truncated):
+    def __init__(self, message: str, truncated: bool) -> None:
         super().__init__(message)
         self.truncated = truncated
 
 
-def read_records(stream, verify=True):
+def read_records(stream: Readable, verify: bool = True) -> Iterator[bytes]:
     """Yields the records of a TFRecord file object, reading one record at a time.
 
     With `verify` (the default) the length's and the data's masked CRC32C are checked, so a
@@ -84,13 +97,13 @@ def read_records(stream, verify=True):
         yield record[:length]
 
 
-def iter_records(data):
+def iter_records(data: bytes) -> Iterator[bytes]:
     """Yields the records of TFRecord file bytes already checked by their SHA-256 (no CRCs recomputed)."""
     import io
 
     return read_records(io.BytesIO(data), verify=False)
 
 
-def parse_example(record):
+def parse_example(record: bytes) -> Any:
     """Parses one serialized tf.train.Example."""
     return tf.train.Example.FromString(record)

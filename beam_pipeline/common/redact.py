@@ -10,25 +10,28 @@ strings, and every value `register` was given (a password seen in this process,
 wherever else it may be quoted, e.g. percent-decoded in an exception).
 """
 
+from __future__ import annotations
+
 import re
 import urllib.parse
+from collections.abc import Iterable
 
 MASK = "***"
 # scheme://user:password@ : the password is whatever stands between the first ':' after the
 # user and the last '@' before the host (passwords may hold '@' when percent-encoded or not).
 _URL_PASSWORD = re.compile(r"(?P<head>\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)(?P<password>[^\s/]*)@")
 _KEYWORD_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)(?P<password>'(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
-_registered = set()
+_registered: set[str] = set()
 
 
-def register(secret):
+def register(secret: str | None) -> None:
     """Remembers a secret (and its percent-decoded form) so that `redact` removes it wherever it appears."""
     if secret:
         _registered.add(secret)
         _registered.add(urllib.parse.unquote(secret))
 
 
-def register_url(url):
+def register_url(url: str | None) -> None:
     """Registers the password of a URL, if it has one."""
     if url and "://" in url:
         try:
@@ -37,7 +40,7 @@ def register_url(url):
             pass  # Not a URL urllib can split (a bad port): the pattern below still masks it.
 
 
-def redact(text):
+def redact(text: str) -> str:
     """`text` with every password in it replaced by ***."""
     if not text:
         return text
@@ -49,7 +52,7 @@ def redact(text):
     return text
 
 
-def redact_argv(argv):
+def redact_argv(argv: Iterable[str]) -> str:
     """A command line as one redacted string, registering the passwords of the URLs in it."""
     for argument in argv:
         for candidate in re.findall(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+", argument):

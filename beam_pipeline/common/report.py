@@ -1,22 +1,40 @@
 """After the pipeline: manifest.json, errors.jsonl and the summary printed to the user."""
 
+from __future__ import annotations
+
 import collections
 import datetime
 import importlib.metadata
 import json
 import platform
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common import progress
 
+if TYPE_CHECKING:
+    from tf_serving_input.layout import RunFolder
+
+# A shard's status file as a dict (shard_file.ShardFileWriter.publish), a manifest, an errors.jsonl entry.
+Status = dict[str, Any]
+# One line of a summary table: (name, value).
+SummaryRow = tuple[str, Any]
+
+
+class JobConfig(Protocol):
+    """What a manifest records of a job's configuration (the preprocess job's frozen config)."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
 _PACKAGES = ("beam-image-pipeline", "apache-beam", "tensorflow", "tensorflow-transform", "tfx-bsl", "pyarrow")
 
 
-def library_versions():
+def library_versions() -> dict[str, str | None]:
     """Versions of Python and of the libraries that shape the output."""
-    versions = {"python": platform.python_version()}
+    versions: dict[str, str | None] = {"python": platform.python_version()}
     for name in _PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -25,11 +43,12 @@ def library_versions():
     return versions
 
 
-def read_shard_statuses(layout, shard_names):
+def read_shard_statuses(layout: RunFolder, shard_names: Iterable[str]) -> list[Status]:
     """Loads the status file of every expected shard; raises RuntimeError naming missing ones."""
     from beam_pipeline.common.shard_file import read_status
 
-    statuses, missing = [], []
+    statuses: list[Status] = []
+    missing: list[str] = []
     for name in shard_names:
         status = read_status(layout.status_file(name))
         if status is None:
@@ -42,7 +61,7 @@ def read_shard_statuses(layout, shard_names):
     return statuses
 
 
-def shard_file_problems(layout, statuses):
+def shard_file_problems(layout: RunFolder, statuses: Iterable[Status]) -> list[str]:
     """The shard files that are missing or not of the size their status records, as 'file (why)'.
 
     One listing of the data folder, so it is cheap on object stores too; the checksums were
@@ -60,10 +79,11 @@ def shard_file_problems(layout, statuses):
     return problems
 
 
-def summarize_statuses(statuses):
+def summarize_statuses(statuses: Sequence[Status]) -> tuple[dict[str, Any], list[Status]]:
     """(counts, failures sorted by line) from shard statuses: what every manifest reports of its shards."""
     failures = sorted((f for s in statuses for f in s["failed"]), key=lambda f: (f.get("line", 0), f["key"]))
-    per_split = collections.defaultdict(lambda: {"rows": 0, "written": 0, "failed": 0, "shards": 0})
+    per_split: collections.defaultdict[str, dict[str, int]] = collections.defaultdict(
+        lambda: {"rows": 0, "written": 0, "failed": 0, "shards": 0})
     for status in statuses:
         counts = per_split[status["split"]]
         counts["rows"] += status["rows"]
@@ -82,7 +102,8 @@ def summarize_statuses(statuses):
     }, failures
 
 
-def build_manifest(job, statuses, statistics, wall_seconds, runner):
+def build_manifest(job: JobConfig, statuses: Sequence[Status], statistics: tuple[list[float], list[float], list[str]],
+                   wall_seconds: float, runner: str | None) -> tuple[dict[str, Any], list[Status]]:
     """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
     summary, failures = summarize_statuses(statuses)
     mean, std, vocabulary = statistics
@@ -99,45 +120,45 @@ def build_manifest(job, statuses, statistics, wall_seconds, runner):
     }, failures
 
 
-def write_outputs(layout, manifest, failures):
+def write_outputs(layout: RunFolder, manifest: dict[str, Any], failures: Iterable[Status]) -> None:
     """Writes errors.jsonl, then manifest.json (last, so its presence means the run finished)."""
     write_jsonl(layout.errors_file, failures)
     write_manifest(layout, manifest)
 
 
-def write_jsonl(path, records):
+def write_jsonl(path: str, records: Iterable[Status]) -> None:
     """Writes one JSON object per line (UTF-8, unescaped text)."""
     with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         for record in records:
             f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def write_manifest(layout, manifest):
+def write_manifest(layout: RunFolder, manifest: dict[str, Any]) -> None:
     """Writes manifest.json."""
     with FileSystems.create(layout.manifest_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         f.write(json.dumps(manifest, ensure_ascii=False, indent=2).encode("utf-8"))
 
 
-def _summary(rows):
+def _summary(rows: Iterable[SummaryRow]) -> str:
     """The end-of-run summary table: a header, then one aligned `name value` line per row."""
     return "\n".join(["", "Summary", "-------"] + [f"  {name:<22} {value}" for name, value in rows])
 
 
-def _counts(manifest, done):
+def _counts(manifest: dict[str, Any], done: str) -> list[SummaryRow]:
     """The rows/done/failed lines, with failures by reason."""
-    rows = [("rows", manifest["rows"]), (done, manifest[done]), ("failed", manifest["failed"])]
+    rows: list[SummaryRow] = [("rows", manifest["rows"]), (done, manifest[done]), ("failed", manifest["failed"])]
     return rows + [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
 
 
-def _ending(manifest, layout):
+def _ending(manifest: dict[str, Any], layout: RunFolder) -> list[SummaryRow]:
     """The time, output and (when rows failed) errors lines."""
-    rows = [("time", f"{progress.format_duration(manifest['wall_seconds'])} "
+    rows: list[SummaryRow] = [("time", f"{progress.format_duration(manifest['wall_seconds'])} "
                      f"({manifest['images_per_second']} images/s)"),
             ("output", layout.root)]
     return rows + ([("errors", layout.errors_file)] if manifest["failed"] else [])
 
 
-def format_summary(manifest, layout):
+def format_summary(manifest: dict[str, Any], layout: RunFolder) -> str:
     """The human summary table printed at the end of a run."""
     stats = manifest["statistics"]
     vocabulary = stats["label_vocabulary"]
@@ -151,7 +172,7 @@ def format_summary(manifest, layout):
         + _ending(manifest, layout))
 
 
-def format_prediction_summary(manifest, layout):
+def format_prediction_summary(manifest: dict[str, Any], layout: RunFolder) -> str:
     """The human summary printed at the end of a predict run."""
     model = manifest["model"]
     return _summary(

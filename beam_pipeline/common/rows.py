@@ -5,6 +5,8 @@ that importing this module stays cheap), so the launcher can check a CSV in a
 streaming pass and the pipeline can read it with the very same code.
 """
 
+from __future__ import annotations
+
 import codecs
 import csv
 import dataclasses
@@ -12,8 +14,13 @@ import hashlib
 import math
 import posixpath
 import re
+from collections.abc import Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from tf_serving_input import failures
+
+if TYPE_CHECKING:
+    import apache_beam as beam
 
 DEFAULT_SPLIT = "train"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -29,6 +36,8 @@ ROWS_PER_SHARD = 1000
 MIN_AUTO_SHARDS = 8
 # Never read more than this from one image file: a huge file is refused, not loaded.
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
+# (split, shard_index): what rows are grouped by.
+ShardKey = tuple[str, int]
 
 
 class CsvError(ValueError):
@@ -72,12 +81,28 @@ class CsvSummary:
     """What the launcher learned from its validation pass over the CSV."""
 
     rows: int
-    rows_per_split: dict
+    rows_per_split: dict[str, int]
     has_label: bool
     has_split: bool
 
 
-def row_key(index, source):
+class RowLike(Protocol):
+    """What an errors.jsonl entry needs of a row: a `Row`, or the predict job's RowRef."""
+
+    @property
+    def source(self) -> str: ...
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def line(self) -> int: ...
+
+    @property
+    def split(self) -> str: ...
+
+
+def row_key(index: int, source: str) -> str:
     """A stable key for a data row: the same on every run, process and machine.
 
     Built from the row's position and its path, so duplicate rows still get
@@ -87,12 +112,12 @@ def row_key(index, source):
     return digest[:16]
 
 
-def shard_of(key, num_shards):
+def shard_of(key: str, num_shards: int) -> int:
     """The shard (0..num_shards-1) a row key belongs to."""
     return int(key, 16) % num_shards
 
 
-def auto_num_shards(rows):
+def auto_num_shards(rows: int) -> int:
     """Default shard count for a split of `rows` rows.
 
     Depends only on the row count, never on the machine, so outputs are the
@@ -103,7 +128,7 @@ def auto_num_shards(rows):
     return min(rows, max(MIN_AUTO_SHARDS, math.ceil(rows / ROWS_PER_SHARD)))
 
 
-def resolve_path(source, csv_path):
+def resolve_path(source: str, csv_path: str) -> str:
     """Resolves a relative `source` against the folder of `csv_path`; URIs and absolute paths pass."""
     if "://" in source or source.startswith("/"):
         return source
@@ -115,14 +140,14 @@ def resolve_path(source, csv_path):
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(csv_path)), source))
 
 
-def _open(csv_path):
+def _open(csv_path: str) -> IO[bytes]:
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
     return FileSystems.open(csv_path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
-def _lines(raw, csv_path):
+def _lines(raw: IO[bytes], csv_path: str) -> Iterator[str]:
     """Yields the file's text lines, decoding each as UTF-8 so an error names its line."""
     line_number = 0
     for line_number, data in enumerate(iter(raw.readline, b""), start=1):
@@ -135,7 +160,7 @@ def _lines(raw, csv_path):
                            f"byte {error.start + 1} of the line); save the CSV as UTF-8") from None
 
 
-def iter_rows(csv_path, columns=CsvColumns()):
+def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[Row]:
     """Yields every data row of the CSV as a `Row`, in file order.
 
     Raises CsvError (naming the file, the line and the reason) when the file
@@ -180,8 +205,9 @@ def iter_rows(csv_path, columns=CsvColumns()):
             raise CsvError(f"{csv_path}: line {start_line}: malformed CSV: {error}") from None
 
 
-def _make_row(csv_path, cells, line, index, path_at, label_at, split_at):
-    def cell(at):
+def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: int, label_at: int | None,
+              split_at: int | None) -> Row:
+    def cell(at: int | None) -> str:
         return cells[at] if at is not None and at < len(cells) else ""
 
     split = cell(split_at).strip() or DEFAULT_SPLIT
@@ -200,7 +226,7 @@ def _make_row(csv_path, cells, line, index, path_at, label_at, split_at):
                label=label, split=split, key=row_key(index, source))
 
 
-def read_header(csv_path):
+def read_header(csv_path: str) -> list[str]:
     """The column names of the CSV's header row (stripped); [] for an empty file."""
     with _open(csv_path) as raw:
         for cells in csv.reader(_lines(raw, csv_path)):
@@ -209,13 +235,13 @@ def read_header(csv_path):
     return []
 
 
-def summarize_csv(csv_path, columns=CsvColumns()):
+def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns()) -> CsvSummary:
     """Reads the whole CSV once and returns a CsvSummary, or raises CsvError.
 
     This is the launcher's check before any work starts: a CSV that the
     pipeline would choke on is refused here with the line that is wrong.
     """
-    per_split = {}
+    per_split: dict[str, int] = {}
     rows = 0
     for row in iter_rows(csv_path, columns):
         rows += 1
@@ -227,27 +253,28 @@ def summarize_csv(csv_path, columns=CsvColumns()):
                       has_label=columns.label in header, has_split=columns.split in header)
 
 
-def shard_counts_for(num_shards, csv_summary):
+def shard_counts_for(num_shards: int, csv_summary: CsvSummary) -> dict[str, int]:
     """Shards per split: `num_shards` for each (the --num_shards flag), or a count from the split's size."""
     return {split: num_shards or auto_num_shards(rows) for split, rows in csv_summary.rows_per_split.items()}
 
 
-def assign_shard(row, shard_counts):
+def assign_shard(row: Row, shard_counts: dict[str, int]) -> tuple[ShardKey, Row]:
     """Row -> ((split, shard_index), Row), by a stable hash of the row's key."""
     return (row.split, shard_of(row.key, shard_counts[row.split])), row
 
 
-def all_shard_keys(shard_counts):
+def all_shard_keys(shard_counts: dict[str, int]) -> list[ShardKey]:
     """Every (split, shard_index) the output must contain, so empty shards are written too."""
     return [(split, index) for split, count in sorted(shard_counts.items()) for index in range(count)]
 
 
-def _drop_placeholders(element):
+def _drop_placeholders(element: tuple[ShardKey, Iterable[Row | None]]) -> tuple[ShardKey, list[Row]]:
     shard, rows = element
     return shard, [row for row in rows if row is not None]
 
 
-def group_rows_by_shard(pipeline, input_csv, columns, shard_counts):
+def group_rows_by_shard(pipeline: beam.Pipeline, input_csv: str, columns: CsvColumns,
+                        shard_counts: dict[str, int]) -> beam.PCollection[tuple[ShardKey, list[Row]]]:
     """The CSV's rows grouped by shard, every shard present (empty ones too): ((split, index), [Row]).
 
     Only rows (paths and labels) cross the shuffle, never pixels.
@@ -271,13 +298,13 @@ def group_rows_by_shard(pipeline, input_csv, columns, shard_counts):
             # ((split, shard_index), [Row])
 
 
-def failure_record(row, failure):
+def failure_record(row: RowLike, failure: failures.RowFailure) -> dict[str, Any]:
     """The errors.jsonl entry of a failed Row."""
     return {"source": row.source, "key": row.key, "line": row.line, "split": row.split,
             "reason": failure.reason, "detail": failure.detail}
 
 
-def _refuse_special_file(path):
+def _refuse_special_file(path: str) -> None:
     """A local path naming a FIFO, a device or a socket fails its row: reading one could block forever."""
     import os
     import stat
@@ -294,7 +321,7 @@ def _refuse_special_file(path):
         raise failures.RowFailure(failures.READ_ERROR, f"{path} is {kind}, not a regular file")
 
 
-def _exists(path):
+def _exists(path: str) -> bool:
     from apache_beam.io.filesystems import FileSystems
 
     try:
@@ -303,7 +330,7 @@ def _exists(path):
         return True
 
 
-def read_image_bytes(path, max_bytes=DEFAULT_MAX_FILE_BYTES):
+def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     """The bytes of a file, through Beam's filesystems (any scheme); raises RowFailure."""
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems

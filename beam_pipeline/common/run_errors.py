@@ -11,6 +11,8 @@ what it is and what to do; `RunLog` keeps the traceback, and what Beam's
 workers logged, for whoever wants it.
 """
 
+from __future__ import annotations
+
 import collections
 import contextlib
 import datetime
@@ -22,6 +24,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from collections.abc import Iterator
 
 from beam_pipeline.common.redact import redact
 from tf_serving_input.layout import is_local
@@ -55,16 +58,17 @@ _WHILE_RUNNING = re.compile(r"\s*\[while running '[^']*'\]")
 class Step:
     """What the run is doing now, for the one line a failure prints ("writing shards to ...")."""
 
-    def __init__(self, doing):
+    def __init__(self, doing: str) -> None:
         self.doing = doing
 
-    def now(self, doing):
+    def now(self, doing: str) -> None:
         self.doing = doing
 
 
-def _chain(error):
+def _chain(error: BaseException) -> list[BaseException]:
     """The exception, its causes and contexts, and what Beam's IO errors hold."""
-    seen, pending = [], [error]
+    seen: list[BaseException] = []
+    pending: list[BaseException | None] = [error]
     while pending:
         current = pending.pop()
         if current is None or any(current is s for s in seen):
@@ -77,7 +81,7 @@ def _chain(error):
     return seen
 
 
-def explain(error):
+def explain(error: BaseException) -> tuple[str, str]:
     """(what happened, what to do) for a failure of the run, judged from its cause."""
     chain = _chain(error)
     for current in chain:
@@ -102,7 +106,7 @@ def explain(error):
     return (relayed_cause(error)[:400], "see the traceback; run the same command again to resume")
 
 
-def relayed_cause(error):
+def relayed_cause(error: BaseException) -> str:
     """`Type: message` of what failed, also when Beam relays a worker's traceback as the error's text.
 
     Beam's runners re-raise a worker's failure as a RuntimeError whose text is the worker's
@@ -126,12 +130,12 @@ class RunLog:
     user gets progress, the summary or one line (`one_line`), and this file.
     """
 
-    def __init__(self, log_dir, keep=2000):
+    def __init__(self, log_dir: str, keep: int = 2000) -> None:
         self.log_dir = log_dir
-        self.records = collections.deque(maxlen=keep)
+        self.records: collections.deque[str] = collections.deque(maxlen=keep)
 
     @contextlib.contextmanager
-    def capture(self):
+    def capture(self) -> Iterator[RunLog]:
         """Routes the root logger's records (WARNING and up) and everything written to stderr here."""
         handler = _Collector(self.records)
         root = logging.getLogger()
@@ -146,7 +150,7 @@ class RunLog:
             root.setLevel(level)
 
     @contextlib.contextmanager
-    def _stderr_to_records(self):
+    def _stderr_to_records(self) -> Iterator[None]:
         """Points file descriptor 2 (inherited by worker processes) at a pipe read into the records.
 
         A pipe, not a file: a run failing for lack of disk space must still be able to say so.
@@ -157,7 +161,7 @@ class RunLog:
         os.dup2(write_end, 2)
         os.close(write_end)
 
-        def drain():
+        def drain() -> None:
             with open(read_end, "r", encoding="utf-8", errors="replace") as pipe:
                 for line in pipe:
                     self.records.append(line.rstrip("\n"))
@@ -172,7 +176,7 @@ class RunLog:
             os.close(saved)
             reader.join(timeout=5)  # Ends once every worker holding the pipe has exited.
 
-    def write(self, error=None):
+    def write(self, error: BaseException | None = None) -> str | None:
         """Writes the captured records (and `error`'s traceback) to a log file; returns its path or None.
 
         The folder is the run's log folder when it is local and writable, else the temp folder
@@ -197,19 +201,19 @@ class RunLog:
 
 
 class _Collector(logging.Handler):
-    def __init__(self, records):
+    def __init__(self, records: collections.deque[str]) -> None:
         super().__init__(logging.WARNING)
         self._records = records
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
 
-    def emit(self, record):
+    def emit(self, record: logging.LogRecord) -> None:
         try:
             self._records.append(self.format(record))
         except Exception:  # noqa: BLE001 - a record that cannot be formatted is dropped, never raised.
             pass
 
 
-def one_line(error, doing, log_path):
+def one_line(error: BaseException, doing: str, log_path: str | None) -> str:
     """`error: <what> while <doing>; <what to do> (traceback: <log>)`."""
     what, advice = explain(error)
     where = f" (traceback: {log_path})" if log_path else ""

@@ -14,11 +14,14 @@ temporary file and publishes byte-identical data), but the second's start-up
 removes the first's end-of-run files, so start one run per folder.
 """
 
+from __future__ import annotations
+
 import datetime
 import json
 import os
 import socket
 import sys
+from typing import Any, Literal
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -32,7 +35,7 @@ class LockHeld(RuntimeError):
     """Another live run holds the output folder."""
 
 
-def _process_start_ticks(pid):
+def _process_start_ticks(pid: int) -> int | None:
     """When process `pid` started (clock ticks since boot, Linux), or None where that cannot be read.
 
     With the pid it tells a live holder from a new process that reuses a dead holder's pid.
@@ -45,18 +48,18 @@ def _process_start_ticks(pid):
         return None
 
 
-def this_process():
+def this_process() -> dict[str, Any]:
     """The holder record of this process."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start_ticks(os.getpid()),
             "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": redact_argv(sys.argv)[:500]}
 
 
-def holder_alive(holder):
+def holder_alive(holder: dict[str, Any]) -> bool:
     """Whether the process a lock names is alive (only decidable on this host: True elsewhere)."""
     if holder.get("host") != socket.gethostname():
         return True
-    pid = holder.get("pid")
+    pid: Any = holder.get("pid")  # Read from JSON: a non-int is caught as TypeError below.
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -69,7 +72,7 @@ def holder_alive(holder):
     return recorded is None or _process_start_ticks(pid) in (None, recorded)
 
 
-def describe(holder):
+def describe(holder: dict[str, Any]) -> str:
     """The holder of a lock, for messages (its command line redacted: a lock may come from an older version)."""
     return redact(f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
                   f" ({str(holder.get('command', ''))[:120]})")
@@ -78,20 +81,20 @@ def describe(holder):
 class OutputLock:
     """The lock of one output folder; a context manager that releases it only while it is still ours."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.holder = None
-        self.notice = None  # Set when a dead holder's lock was taken over.
+        self.holder: dict[str, Any] | None = None
+        self.notice: str | None = None  # Set when a dead holder's lock was taken over.
 
-    def __enter__(self):
+    def __enter__(self) -> OutputLock:
         self.acquire()
         return self
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info: object) -> Literal[False]:
         self.release()
         return False
 
-    def acquire(self):
+    def acquire(self) -> None:
         """Takes the lock; raises LockHeld naming the holder when another live run has it."""
         me = this_process()
         for _ in range(3):  # A stale lock removed under us, or removed by a competitor: look again.
@@ -110,7 +113,7 @@ class OutputLock:
                 FileSystems.delete([self.path])
         raise LockHeld(f"could not take the lock {self.path}: other runs keep taking it; try again")
 
-    def release(self):
+    def release(self) -> None:
         """Removes the lock if it is still this run's."""
         if self.holder is not None and self._read() == self.holder:
             try:
@@ -119,7 +122,7 @@ class OutputLock:
                 pass
         self.holder = None
 
-    def _create(self, holder):
+    def _create(self, holder: dict[str, Any]) -> bool:
         data = json.dumps(holder, indent=1).encode("utf-8")
         if is_local(self.path):
             path = self.path.removeprefix("file://")
@@ -139,5 +142,5 @@ class OutputLock:
         FileSystems.rename([temp], [self.path])
         return True
 
-    def _read(self):
+    def _read(self) -> Any:
         return read_json(self.path)  # None: absent, or half-written by its creator.

@@ -1,14 +1,20 @@
 """Runner set-up shared by the jobs: the local FnApiRunner with the job's options, and quiet logs."""
 
+from __future__ import annotations
+
 import logging
 import os
+from typing import TYPE_CHECKING
 
-from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from beam_pipeline.common.flags import DEFAULT_RUNNER, flag_value
 
+if TYPE_CHECKING:
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
-def local_runner(pipeline_options):
+
+def local_runner(pipeline_options: PipelineOptions) -> FnApiRunner | None:
     """The FnApiRunner, set up to hand the pipeline options to its worker processes; None otherwise.
 
     Beam's FnApiRunner starts its multi_processing workers with empty pipeline
@@ -37,7 +43,7 @@ def local_runner(pipeline_options):
                                              pipeline_options=encoded)))
 
 
-def for_io_bound_work(beam_args):
+def for_io_bound_work(beam_args: list[str]) -> list[str]:
     """Beam arguments for a pipeline that mostly waits (e.g. on a database): on the local runner,
     worker threads instead of worker processes, which would each start (and import TensorFlow) for
     a few seconds of waiting; other runners are left as they are."""
@@ -51,13 +57,13 @@ def for_io_bound_work(beam_args):
     return kept + ["--direct_running_mode=multi_threading"]
 
 
-def quiet_library_logs():
+def quiet_library_logs() -> None:
     """Keeps Beam's relayed worker notices and TFT's advice out of the user's terminal."""
     for name in ("apache_beam.runners.portability", "apache_beam.runners.worker", "absl"):
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def configure_tensorflow_threads():
+def configure_tensorflow_threads() -> None:
     """One TF thread per worker process: Beam already runs one worker per core."""
     import tensorflow as tf
 

@@ -18,8 +18,12 @@ data, with a checksum of its own content (`seal`): a shard counts as done only
 once its status exists, verifies, and its file matches it (`read_verified`).
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -28,40 +32,45 @@ from beam_pipeline.common.files import file_digest_or_none, new_attempt_id, read
 from beam_pipeline.common.records import frame_record
 from tf_serving_input.layout import temp_path
 
+if TYPE_CHECKING:
+    from tf_serving_input.layout import RunFolder
+
 STATUS_CHECKSUM = "status_sha256"  # A status file's checksum of its own content (see `seal`).
 
 
 class ShardFileWriter:
     """Writes one shard's file (TFRecords, or any bytes) and publishes it and its status."""
 
-    def __init__(self, layout, name):
+    def __init__(self, layout: RunFolder, name: str) -> None:
         self._layout = layout
         self._name = name
         self._attempt = new_attempt_id()
         self.data_path = layout.shard_file(name)
         self.status_path = layout.status_file(name)
         self._temp_path = temp_path(self.data_path, self._attempt)
-        self._file = None
+        self._file: IO[bytes] | None = None
         self._checksum = hashlib.sha256()
         self.records = 0
         self.bytes = 0
 
-    def __enter__(self):
+    def __enter__(self) -> ShardFileWriter:
         self._file = FileSystems.create(self._temp_path, compression_type=_RAW)
         return self
 
-    def write(self, data, records=1):
+    def write(self, data: bytes, records: int = 1) -> None:
         """Appends bytes that hold `records` records."""
+        assert self._file is not None, "ShardFileWriter.write outside its `with` block (or after publish)"
         self._file.write(data)
         self._checksum.update(data)
         self.records += records
         self.bytes += len(data)
 
-    def write_record(self, record):
+    def write_record(self, record: bytes) -> None:
         """Appends one serialized record in TFRecord framing."""
         self.write(frame_record(record))
 
-    def __exit__(self, error_type, error, traceback):
+    def __exit__(self, error_type: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> Literal[False]:
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -69,7 +78,7 @@ class ShardFileWriter:
             _delete_quietly(self._temp_path)
         return False
 
-    def publish(self, status):
+    def publish(self, status: dict[str, Any]) -> dict[str, Any]:
         """Closes the file, publishes it under its final name, then its status; returns the status.
 
         `status` gets the shard's name, file, records, bytes and sha256 added.
@@ -89,7 +98,7 @@ class ShardFileWriter:
         return status
 
 
-def seal(status):
+def seal(status: dict[str, Any]) -> dict[str, Any]:
     """`status` with a checksum of its own content, so that a changed number in it is caught like a changed byte.
 
     A resumed run reuses what a status says (row counts, failures, the pixel moments the
@@ -98,12 +107,12 @@ def seal(status):
     return dict(status, **{STATUS_CHECKSUM: _status_digest(status)})
 
 
-def _status_digest(status):
+def _status_digest(status: dict[str, Any]) -> str:
     content = {key: value for key, value in status.items() if key != STATUS_CHECKSUM}
     return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
-def read_status(status_path):
+def read_status(status_path: str) -> dict[str, Any] | None:
     """A published status dict whose own checksum holds, or None (absent, unreadable or changed)."""
     status = read_json(status_path)
     if not isinstance(status, dict) or status.get(STATUS_CHECKSUM) != _status_digest(status):
@@ -111,7 +120,7 @@ def read_status(status_path):
     return status
 
 
-def read_verified(layout, name, rows):
+def read_verified(layout: RunFolder, name: str, rows: int) -> tuple[dict[str, Any], bytes] | None:
     """(status, file bytes) of a shard an earlier attempt completed for these `rows`, else None.
 
     The file must exist with the size and SHA-256 its status records.
@@ -129,14 +138,14 @@ def read_verified(layout, name, rows):
     return status, data
 
 
-def _size(path):
+def _size(path: str) -> int | None:
     try:
         return FileSystems.match([path])[0].metadata_list[0].size_in_bytes
     except Exception:  # noqa: BLE001 - absent.
         return None
 
 
-def _delete_quietly(path):
+def _delete_quietly(path: str) -> None:
     try:
         FileSystems.delete([path])
     except Exception:  # noqa: BLE001 - already gone.
