@@ -298,8 +298,9 @@ def test_a_password_appears_nowhere_across_a_killed_run_and_its_rerun(world, pg,
                               start_new_session=True)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not (out / ".lock").exists():
+        while time.time() < deadline and not (out / ".lock").exists() and holder.poll() is None:
             time.sleep(0.01)
+        os.killpg(holder.pid, signal.SIGSTOP)  # Frozen while holding the lock: no race with its end.
         refused = subprocess.run(command, capture_output=True, text=True)
         assert refused.returncode == 2 and "in use by another run" in refused.stderr
         assert secret not in refused.stdout + refused.stderr + (out / ".lock").read_text()
