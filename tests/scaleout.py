@@ -3,6 +3,11 @@
 The job's outputs are deterministic by design (byte-identical shards, same keys in
 the same shards, bit-identical statistics), so a run on another runner or
 filesystem must produce exactly what the default local runner produces.
+
+The process and port helpers (`bound_socket`, `accepts_connections`, `spawn_in_session`,
+`signal_group`) need only the standard library: `flink_cluster.py`, a command line run many
+times by scripts, uses them, so NumPy, Pillow and TensorFlow are imported only by the helpers
+that make or compare data.
 """
 
 import os
@@ -12,11 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-
-import numpy as np
-
-import imaging
-import outputs
+from collections.abc import Mapping, Sequence
 
 MISSING = "images/missing.jpg"
 
@@ -26,6 +27,10 @@ def make_small_dataset(folder, count=12, size=32):
 
     Returns (csv path, rows); paths in the CSV are relative to its folder.
     """
+    import numpy as np
+
+    import imaging
+
     rng = np.random.default_rng(11)
     (folder / "images").mkdir(parents=True, exist_ok=True)
     rows = []
@@ -69,11 +74,55 @@ def run_job(csv_path, out, *extra, env=None, cwd=None, python=None, timeout=600)
     return subprocess.run(command, capture_output=True, text=True, env=run_env, cwd=cwd, timeout=timeout)
 
 
+def bound_socket(host: str, port: int = 0) -> socket.socket:
+    """A TCP socket bound to (host, port), not listening: the port stays taken while it is open.
+
+    Port 0 lets the kernel choose a free one (read it back with `getsockname()`). Raises OSError
+    where the port is taken. No SO_REUSEADDR: a port some socket still holds counts as taken.
+    """
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def free_port():
     """A TCP port on localhost that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("localhost", 0))
+    with bound_socket("localhost") as s:
         return s.getsockname()[1]
+
+
+def accepts_connections(host: str, port: int, timeout: float = 1) -> bool:
+    """Whether something accepts TCP connections at (host, port) now."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def spawn_in_session(command: Sequence[str], log_path: str | os.PathLike, env: Mapping[str, str] | None = None,
+                     cwd: str | os.PathLike | None = None) -> subprocess.Popen:
+    """Starts `command` in a session (and process group) of its own, stdout and stderr to `log_path`.
+
+    Its own group, so that it and whatever it starts can be signalled together (`signal_group`);
+    its own session, so that a terminal's Ctrl-C reaches only the process that started it. Stdin
+    is /dev/null: a server never reads it, and one started from a script must not hold the script's.
+    """
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, cwd=cwd, start_new_session=True)
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Sends `sig` to process group `pid`; a group that is gone (or not ours to signal) is no error."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def start_server(command, port, log_path, env=None, cwd=None, timeout=120):
@@ -81,19 +130,14 @@ def start_server(command, port, log_path, env=None, cwd=None, timeout=120):
 
     Its output goes to `log_path` (shown when it fails to start). Stop it with `stop_server`.
     """
-    log = open(log_path, "wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                               start_new_session=True)
-    log.close()
+    process = spawn_in_session(command, log_path, env=env, cwd=cwd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             break
-        try:
-            with socket.create_connection(("localhost", port), timeout=1):
-                return process
-        except OSError:
-            time.sleep(0.2)
+        if accepts_connections("localhost", port):
+            return process
+        time.sleep(0.2)
     stop_server(process)
     with open(log_path, "rb") as f:
         output = f.read().decode("utf-8", "replace")[-3000:]
@@ -104,23 +148,20 @@ def start_server(command, port, log_path, env=None, cwd=None, timeout=120):
 def stop_server(process):
     """Stops a server started by `start_server`, with every process it started (its process group)."""
     if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        signal_group(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             pass
-    try:  # Children (e.g. SDK workers of a worker pool) may outlive their parent.
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    # Children (e.g. SDK workers of a worker pool) may outlive their parent.
+    signal_group(process.pid, signal.SIGKILL)
     process.wait()
 
 
 def assert_small_dataset_run_matches(local_out, other_out, rows, runner):
     """A run of `make_small_dataset` on `runner` wrote what the local run wrote, missing file failed."""
+    import outputs
+
     written = outputs.manifest(other_out)
     assert written["runner"] == runner
     assert (written["rows"], written["written"], written["failed"]) == (len(rows), len(rows) - 1, 1)
@@ -159,17 +200,14 @@ def finish_job(process, timeout=600):
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    signal_group(process.pid, signal.SIGKILL)
     process.wait()
-    outputs = []
+    texts = []
     for f in process.outputs:
         f.seek(0)
-        outputs.append(f.read())
+        texts.append(f.read())
         f.close()
-    stdout, stderr = outputs
+    stdout, stderr = texts
     if timed_out:
         raise AssertionError(f"the job did not finish within {timeout} s and was killed:\n"
                              f"{stdout[-2000:]}{stderr[-6000:]}")
