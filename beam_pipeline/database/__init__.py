@@ -1,38 +1,42 @@
 """The database every job shares: PostgreSQL + pgvector tables of predictions (`tables`) and the embedded server
 (`server`). The predict job loads into it; search (and later the UI) query it.
 
-`from beam_pipeline import database` gives the table functions, as before the package existed.
+`from beam_pipeline import database` gives the connection, naming and table functions, as before the package existed.
 """
 
-from beam_pipeline.database.tables import (
-    DATASETS_TABLE,
+from beam_pipeline.database.connection import (
     EMBEDDED,
-    INDEX_SUFFIX,
-    MAX_K,
-    MAX_NAME_BYTES,
-    MIN_EF_SEARCH,
     NONE,
     DatabaseError,
-    TableNameError,
-    TableRefused,
-    check_table_accepts,
-    check_table_name,
     connect,
-    count_rows,
-    create_index,
     database_flag_problem,
-    datasets_in,
     describe,
     describe_unparsed,
+    resolve,
+)
+from beam_pipeline.database.names import (
+    DATASETS_TABLE,
+    INDEX_SUFFIX,
+    MAX_NAME_BYTES,
+    TableNameError,
+    check_table_name,
+    index_name,
+    table_name,
+)
+from beam_pipeline.database.tables import (
+    MAX_K,
+    MIN_EF_SEARCH,
+    TableRefused,
+    check_table_accepts,
+    count_rows,
+    create_index,
+    datasets_in,
     embedding_type,
     index_definition,
-    index_name,
     nearest,
     prepare_table,
-    resolve,
     table_columns,
     table_export,
-    table_name,
     unstorable_rows,
     upsert_table,
     vector_tables,

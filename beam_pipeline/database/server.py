@@ -44,7 +44,7 @@ import sys
 import tempfile
 import urllib.parse
 
-from beam_pipeline.database.tables import DatabaseError
+from beam_pipeline.database.connection import DatabaseError
 
 SOCKET_NAME = ".s.PGSQL.5432"
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL.

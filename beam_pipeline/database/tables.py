@@ -1,10 +1,10 @@
-"""PostgreSQL + pgvector: connections, the predictions table, what it holds, loading and searching.
+"""The predictions table: DDL from the Parquet schema, what a table holds, loading, the HNSW index, searching.
 
 `--database embedded` is a real PostgreSQL server (with pgvector) in a data
-folder, on a private Unix socket (`embedded_server.py`); any `postgresql://`
+folder, on a private Unix socket (`server.py`); any `postgresql://`
 URL points at a standing server instead (at scale: Cloud SQL, AlloyDB).
 
-**What a table holds.** Image keys are the job's (`source.row_key`: the CSV
+**What a table holds.** Image keys are the job's (`common.rows.row_key`: the CSV
 row and its path as written), so two datasets can share keys. A table's rows
 are therefore keyed by (dataset, key), where the dataset id names the input
 the predictions were made from (its content: the job's shard checksums, or the
@@ -21,28 +21,18 @@ leaves exactly one row per image. A row holding text PostgreSQL cannot store
 (a NUL byte) is left out and reported; it never fails the shard. Creating the
 table and the index runs under an advisory lock, so concurrent loads wait for
 each other instead of colliding.
-
-**Names.** Table names are lower case `[a-z_][a-z0-9_]*` of at most 63 bytes
-(PostgreSQL would truncate longer ones silently, and fold or quote mixed case
-depending on how it is written). Index names end in `_embedding_hnsw`, which
-no table name may, so they never collide. Messages name the target, never a
-password (`redact`).
 """
-
-import hashlib
-import re
-import urllib.parse
 
 from beam_pipeline.common.embeddings import embedding_type as embedding_type_named
 from beam_pipeline.common.embeddings import of_bit_width
-from beam_pipeline.common.redact import redact, register_url
+from beam_pipeline.common.redact import redact
+from beam_pipeline.database.connection import DatabaseError, connect, describe
+from beam_pipeline.database.names import (
+    DATASETS_TABLE,
+    MAX_NAME_BYTES,
+    index_name,
+)
 
-EMBEDDED = "embedded"
-NONE = "none"
-DATASETS_TABLE = "beam_image_pipeline_datasets"
-MAX_NAME_BYTES = 63
-INDEX_SUFFIX = "_embedding_hnsw"
-_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
 # hnsw.ef_search is at most 1000: k beyond it cannot be served by the index.
 MAX_K = 1000
 # The candidate list HNSW keeps while searching. pgvector's default (40) gave recall@10 of 0.90 on
@@ -53,112 +43,8 @@ MIN_EF_SEARCH = 100
 _LOCK_NAMESPACE = 0x6269_7000
 
 
-class DatabaseError(RuntimeError):
-    """The database cannot be used as asked; the message names the target (never a password)."""
-
-
 class TableRefused(DatabaseError):
     """The table cannot take these predictions (another dataset, another export, another type)."""
-
-
-class TableNameError(ValueError):
-    """A table name that breaks the naming rule; the message says which rule."""
-
-
-def describe(url):
-    """A database URL without its password, for messages."""
-    if not url.startswith(("postgresql://", "postgres://")):
-        return redact(url)
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    if parts.username:
-        netloc = f"{parts.username}@{netloc}"
-    socket_dir = urllib.parse.parse_qs(parts.query).get("host", [""])[0]
-    where = f" (socket in {socket_dir})" if socket_dir else ""
-    return f"{parts.scheme}://{netloc}{parts.path}{where}"
-
-
-def database_flag_problem(value, allow_none=True):
-    """Why a --database value cannot be used (one line, no password), or None when it can."""
-    choices = "'embedded', 'none' or a postgresql:// URL" if allow_none else "'embedded' or a postgresql:// URL"
-    if value == EMBEDDED or (allow_none and value == NONE):
-        return None
-    register_url(value)
-    if not value.startswith(("postgresql://", "postgres://")):
-        return f"--database must be {choices}, not {redact(value)[:200]!r}"
-    try:
-        parts = urllib.parse.urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number.
-    except ValueError as error:
-        return f"--database {describe_unparsed(value)} is not a valid postgresql:// URL ({error})"
-    return None
-
-
-def describe_unparsed(url):
-    """A URL that urllib cannot split, for messages: scheme and what follows '@', never what precedes it."""
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://...@{rest.rsplit('@', 1)[1]}" if "@" in rest else redact(url)
-
-
-# ---------------------------------------------------------------------- names
-def check_table_name(name):
-    """Returns `name` if it is a valid table name; raises TableNameError saying why not."""
-    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
-        raise TableNameError(f"table name {name[:80]!r} is {len(name.encode('utf-8'))} bytes long; PostgreSQL "
-                             f"keeps at most {MAX_NAME_BYTES}: choose a shorter --table")
-    if not _NAME.match(name):
-        raise TableNameError(f"table name {name[:80]!r} must be lower case letters, digits and '_', not starting "
-                             "with a digit (PostgreSQL folds or quotes other names depending on how they are "
-                             "written, so one name could mean two tables)")
-    if name.endswith(INDEX_SUFFIX) or name == DATASETS_TABLE:
-        raise TableNameError(f"table name {name!r} is reserved: names ending in {INDEX_SUFFIX!r} are the "
-                             f"project's index names, and {DATASETS_TABLE} its record of what tables hold")
-    return name
-
-
-def _short_hash(text, length=8):
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
-
-
-def table_name(text):
-    """A valid table name derived from free text (e.g. the output folder's name); long ones end in a hash."""
-    name = re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_") or "images"
-    if name[0].isdigit():
-        name = f"t_{name}"
-    if name.endswith(INDEX_SUFFIX) or name == DATASETS_TABLE:
-        name = f"{name}_t"
-    if len(name) > MAX_NAME_BYTES:
-        name = f"{name[:MAX_NAME_BYTES - 9]}_{_short_hash(text)}"
-    return check_table_name(name)
-
-
-def index_name(table):
-    """The HNSW index's name for `table`: never a valid table name, so never equal to one."""
-    if len(table) + len(INDEX_SUFFIX) <= MAX_NAME_BYTES:
-        return f"{table}{INDEX_SUFFIX}"
-    keep = MAX_NAME_BYTES - len(INDEX_SUFFIX) - 9
-    return f"{table[:keep]}_{_short_hash(table)}{INDEX_SUFFIX}"
-
-
-# ---------------------------------------------------------------------- connections
-def connect(url):
-    """A psycopg connection with pgvector's types registered; DatabaseError naming the target otherwise."""
-    import psycopg
-
-    register_url(url)
-    try:
-        connection = psycopg.connect(url, connect_timeout=10)
-    except psycopg.Error as error:
-        raise DatabaseError(f"cannot connect to {describe(url)}: {redact(str(error).strip())}") from None
-    try:
-        from pgvector.psycopg import register_vector
-
-        register_vector(connection)
-    except psycopg.ProgrammingError:
-        connection.rollback()  # The extension is created by `prepare_table`; registered again there.
-    return connection
 
 
 def _lock_table(connection, table):
@@ -440,19 +326,3 @@ def nearest(connection, table, vector, k, exact=False, dataset_id=None, explain=
                                                             sql.Identifier(table), where, cast),
             parameters).fetchall()
     return "\n".join(row[0] for row in rows) if explain else rows
-
-
-def resolve(database, database_dir):
-    """(url, EmbeddedServer or None) for a --database value; starts (or joins) the embedded server when asked.
-
-    An EmbeddedServer returned holds a lease: call its `release()` when done.
-    """
-    if database == EMBEDDED:
-        from beam_pipeline.database.server import EmbeddedServer, default_database_dir
-
-        server = EmbeddedServer(database_dir or default_database_dir())
-        return server.start(), server
-    problem = database_flag_problem(database, allow_none=False)
-    if problem:
-        raise DatabaseError(problem)
-    return database, None

@@ -289,7 +289,7 @@ class PredictLauncher(Launcher):
         from beam_pipeline import database
         from beam_pipeline.common import report, runners
         from beam_pipeline.common.files import read_json
-        from beam_pipeline.predict.pipeline import build_load_pipeline, load_tasks
+        from beam_pipeline.predict.load import build_load_pipeline, load_tasks
 
         config = self.config
         model, dataset = manifest["model"], manifest["dataset"]
