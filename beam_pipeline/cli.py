@@ -35,6 +35,18 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def misplaced_subcommand(argv: list[str]) -> str | None:
+    """A subcommand name that follows flags (`--overwrite predict ...`) and is no flag's value, else None."""
+    from beam_pipeline.preprocess.options import build_parser
+
+    takes_value = {option for action in build_parser()._actions if action.nargs != 0
+                   for option in action.option_strings}
+    for i, arg in enumerate(argv):
+        if arg in SUBCOMMANDS and not (i and argv[i - 1] in takes_value):
+            return arg
+    return None
+
+
 def run(argv: list[str] | None = None) -> int:
     """Runs a subcommand; returns its exit code (2 for an unknown one)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -48,6 +60,11 @@ def run(argv: list[str] | None = None) -> int:
         print(usage() + "\n\n" + build_parser(PROG).format_help(), end="")
         return 0
     if argv[0].startswith("-"):  # The command from before subcommands: the preprocessing job.
+        misplaced = misplaced_subcommand(argv)
+        if misplaced:
+            print(f"error: {misplaced!r} is a subcommand: it goes first, and its flags after it "
+                  f"({PROG} {misplaced} --flag value ...)", file=sys.stderr)
+            return 2
         name, rest, prog = "preprocess", argv, PROG
     else:
         name, rest, prog = argv[0], argv[1:], f"{PROG} {argv[0]}"

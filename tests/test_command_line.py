@@ -36,3 +36,28 @@ def test_the_commands_from_before_still_answer(module, flag):
     result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and flag in result.stdout, result.stderr
     assert result.stderr == ""  # Quiet: nothing else on stderr.
+
+
+def test_a_subcommand_after_flags_is_refused_not_run_as_preprocess(capsys):
+    assert cli.run(["--overwrite", "predict", "--model_dir", "m", "--input_csv", "a.csv", "--output_dir", "o"]) == 2
+    assert "'predict' is a subcommand: it goes first" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [
+    ["preprocess", "--input_csv", "a.csv", "--output_dir", "o", "--image_format", "png", "stray"],
+    ["predict", "--model_dir", "m", "--input_csv", "a.csv", "--output_dir", "o", "--overwrite", "search"],
+])
+def test_a_stray_word_is_refused_instead_of_being_ignored(capsys, argv):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(argv)
+    assert exit_info.value.code == 2 and "unexpected argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["preprocess", "predict", "search", "inspect", "db"])
+def test_every_subcommand_accepts_verbose_and_shows_each_default_once(capsys, name):
+    with pytest.raises(SystemExit):
+        cli.run([name, "--help"])
+    out = capsys.readouterr().out
+    assert "--verbose" in out
+    flowing = " ".join(out.split())  # Help lines wrap: look at the text as one line.
+    assert flowing.count("(default: embedded)") <= 1 and flowing.count("(default: 8)") <= 1

@@ -77,6 +77,26 @@ def check_run_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error("--max_error_rate must be between 0 and 1")
 
 
+def stray_words(beam_args: list[str]) -> list[str]:
+    """The words among the arguments left for Beam that no flag takes as its value.
+
+    Beam ignores them silently, so a misplaced subcommand (`--overwrite predict ...`) or a stray
+    word would run a job the user did not ask for: the jobs refuse them instead.
+    """
+    def is_value(i: int) -> bool:  # The word after a `--flag` given without '='.
+        return i > 0 and beam_args[i - 1].startswith("--") and "=" not in beam_args[i - 1]
+
+    return [arg for i, arg in enumerate(beam_args) if not arg.startswith("-") and not is_value(i)]
+
+
+def refuse_stray_words(parser: argparse.ArgumentParser, beam_args: list[str]) -> None:
+    """Exits with usage naming the first stray word (see `stray_words`)."""
+    stray = stray_words(beam_args)
+    if stray:
+        parser.error(f"unexpected argument {stray[0]!r}: a subcommand goes first and every flag after it "
+                     "(beam-image-pipeline SUBCOMMAND --flag value ...); any other word belongs to a flag")
+
+
 def absolute_if_local(path: str) -> str:
     """A local path made absolute (URIs pass, without a trailing '/').
 

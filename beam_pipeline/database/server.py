@@ -333,6 +333,8 @@ def run(argv=None, prog=PROG):
                              "stopped after); url: its URL (started and kept running if needed).")
     parser.add_argument("--database_dir", default=None, metavar="DIR",
                         help=f"The server's data folder; default {default_database_dir()}.")
+    parser.add_argument("--verbose", action="store_true", help="Accepted for symmetry with the other commands "
+                                                               "(this one starts no TensorFlow).")
     args, psql_args = parser.parse_known_args(argv)
     server = EmbeddedServer(args.database_dir or default_database_dir())
     try:

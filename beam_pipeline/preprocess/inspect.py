@@ -7,6 +7,7 @@ Reads the output through TensorFlow only (no Beam pipeline is run).
 
 import argparse
 import json
+import os
 import sys
 
 from beam_pipeline.common import flags
@@ -57,6 +58,20 @@ def format_report(manifest):
 PROG = "beam-image-pipeline inspect"
 
 
+def _contact_sheet_problem(args, manifest):
+    """Why the contact sheet asked for cannot be made (one line), or None."""
+    if not args.contact_sheet:
+        return None
+    if args.samples < 1:
+        return f"--samples must be at least 1, not {args.samples}"
+    if args.split is not None and args.split not in manifest["splits"]:
+        return f"--split {args.split!r}: {args.output_dir} has the splits {', '.join(manifest['splits'])}"
+    folder = os.path.dirname(os.path.abspath(args.contact_sheet))
+    if os.path.isdir(args.contact_sheet) or not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        return f"--contact_sheet {args.contact_sheet}: not a writable file path (its folder must exist)"
+    return None
+
+
 def run(argv=None, prog=PROG):
     """Prints a finished output's summary (and renders a contact sheet); returns the exit code."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
@@ -71,6 +86,10 @@ def run(argv=None, prog=PROG):
         manifest = OutputLayout(args.output_dir).load_manifest()
     except FileNotFoundError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    problem = _contact_sheet_problem(args, manifest)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     print(format_report(manifest))
     if args.contact_sheet:

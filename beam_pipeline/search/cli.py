@@ -25,18 +25,18 @@ def build_parser(prog=PROG):
     query.add_argument("--image", help="An image file to search with (embedded by --model_dir).")
     query.add_argument("--key", help="The key of a stored image to search with (its stored embedding).")
     parser.add_argument("--model_dir", help="The serving export the predictions came from (needed with --image).")
-    parser.add_argument("--database", default="embedded", help="'embedded' or a postgresql:// URL (default: "
-                                                               "embedded).")
+    parser.add_argument("--database", default="embedded", help="'embedded' or a postgresql:// URL.")
     parser.add_argument("--database_dir", default=None, help="The embedded server's data folder.")
     parser.add_argument("--table", default=None,
                         help="The predictions table (default: the only one with embeddings in the database).")
     parser.add_argument("--dataset", default=None,
                         help="Only rows of this dataset id (a table loaded with --append holds several; the "
                              "predict manifest's database.dataset names each).")
-    parser.add_argument("-k", type=int, default=8, help="How many neighbours, 1 to 1000 (default: 8).")
+    parser.add_argument("-k", type=int, default=8, help="How many neighbours, 1 to 1000.")
     parser.add_argument("--max_file_bytes", type=int, default=None,
                         help="Refuse a larger --image without reading it whole (default: the job's, 256 MiB).")
     parser.add_argument("--contact_sheet", help="Write a PNG of the query beside its neighbours here.")
+    flags.add_verbose_flag(parser)
     return parser
 
 
