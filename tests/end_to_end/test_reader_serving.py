@@ -175,10 +175,10 @@ def test_train_serve_parity(job_outputs, tmp_path, image_format, loader):
 
 
 def test_train_script_trains_exports_and_serves(job_outputs, tmp_path):
-    outputs, folder, _ = job_outputs
+    by_format, folder, _ = job_outputs
     script = os.path.join(outputs.REPO_ROOT, "scripts", "train.py")
     result = subprocess.run(
-        [sys.executable, script, "--output_dir", outputs["jpeg"], "--export_dir", str(tmp_path / "export"),
+        [sys.executable, script, "--output_dir", by_format["jpeg"], "--export_dir", str(tmp_path / "export"),
          "--predict_image", str(folder / "img3.png"), "--epochs", "1", "--batch_size", "4"],
         capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

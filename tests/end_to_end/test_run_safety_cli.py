@@ -60,7 +60,7 @@ def error_lines(stderr):
 
 
 def test_disk_full_is_one_line_and_the_same_command_resumes_to_identical_bytes(tmp_path):
-    csv_path = imaging.imaging.small_dataset(tmp_path, count=24, size=100)
+    csv_path = imaging.small_dataset(tmp_path, count=24, size=100)
     reference = tmp_path / "reference"
     args = ("--image_size", "224", "--num_shards", "6")  # Raw 224 px: 147 KiB per image, ~3.5 MB in all.
     assert scaleout.run_job(csv_path, reference, *args).returncode == 0
@@ -84,7 +84,7 @@ def test_disk_full_is_one_line_and_the_same_command_resumes_to_identical_bytes(t
 
 
 def test_an_unwritable_output_folder_is_one_line(tmp_path):
-    csv_path = imaging.imaging.small_dataset(tmp_path, count=2)
+    csv_path = imaging.small_dataset(tmp_path, count=2)
     if os.geteuid() == 0:
         context = mounted_tmpfs(tmp_path / "readonly", "ro,size=1m")
     else:
