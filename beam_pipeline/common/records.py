@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import google_crc32c
-import tensorflow as tf
 
 from tf_serving_input import features
 
@@ -34,6 +33,8 @@ def make_example(stored: bytes, codec: StorageCodec, image_size: int, source: st
     Serialize it with `SerializeToString(deterministic=True)`: the feature map is
     otherwise written in an order that changes from process to process.
     """
+    import tensorflow as tf  # Only where Examples are built: framing and reading need no TensorFlow.
+
     def bytes_feature(value: bytes) -> Any:
         return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
@@ -106,4 +107,6 @@ def iter_records(data: bytes) -> Iterator[bytes]:
 
 def parse_example(record: bytes) -> Any:
     """Parses one serialized tf.train.Example."""
+    import tensorflow as tf
+
     return tf.train.Example.FromString(record)

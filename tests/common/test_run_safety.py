@@ -16,24 +16,12 @@ import pytest
 
 import imaging
 import outputs
+import shard_attempts
 from beam_pipeline.common import report
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from beam_pipeline.preprocess import cli as main
+from shard_attempts import NAME, RECORDS
 from tf_serving_input.layout import OutputLayout
-
-NAME = "train-00000-of-00001"
-RECORDS = [bytes([i]) * (1000 + i) for i in range(50)]
-
-
-def write_shard(root, barrier=None):
-    """One attempt at shard NAME: writes RECORDS, waits for the others, publishes; returns the status."""
-    layout = OutputLayout(root)
-    with ShardFileWriter(layout, NAME) as shard:
-        for record in RECORDS:
-            shard.write_record(record)
-        if barrier is not None:
-            barrier.wait(timeout=60)  # Every attempt publishes at the same moment.
-        return shard.publish({"rows": len(RECORDS), "failed": []})
 
 
 def prepared_folder(tmp_path):
@@ -54,7 +42,8 @@ def test_attempts_racing_in_threads_leave_one_complete_shard(tmp_path):
     root = prepared_folder(tmp_path)
     barrier = threading.Barrier(6)
     statuses = []
-    threads = [threading.Thread(target=lambda: statuses.append(write_shard(root, barrier))) for _ in range(6)]
+    threads = [threading.Thread(target=lambda: statuses.append(shard_attempts.write_shard(root, barrier)))
+               for _ in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -63,15 +52,12 @@ def test_attempts_racing_in_threads_leave_one_complete_shard(tmp_path):
     assert_one_verified_shard(root)
 
 
-def _attempt_in_process(root, barrier):
-    write_shard(root, barrier)
-
-
 def test_attempts_racing_in_processes_leave_one_complete_shard(tmp_path):
     root = prepared_folder(tmp_path)
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(4)
-    processes = [context.Process(target=_attempt_in_process, args=(root, barrier)) for _ in range(4)]
+    # The children import only shard_attempts (no TensorFlow), as a worker's shard writer would need.
+    processes = [context.Process(target=shard_attempts.attempt, args=(root, barrier)) for _ in range(4)]
     for process in processes:
         process.start()
     for process in processes:
@@ -83,13 +69,13 @@ def test_attempts_racing_in_processes_leave_one_complete_shard(tmp_path):
 def test_a_damaged_final_shard_is_replaced_and_a_published_one_kept(tmp_path):
     root = prepared_folder(tmp_path)
     layout = OutputLayout(root)
-    first = write_shard(root)
+    first = shard_attempts.write_shard(root)
     kept = os.stat(layout.shard_file(NAME)).st_ino
-    assert write_shard(root) == first  # Found published with its checksum: kept, the copy discarded.
+    assert shard_attempts.write_shard(root) == first  # Found published with its checksum: kept, the copy discarded.
     assert os.stat(layout.shard_file(NAME)).st_ino == kept
     with open(layout.shard_file(NAME), "r+b") as f:
         f.truncate(100)
-    write_shard(root)
+    shard_attempts.write_shard(root)
     assert_one_verified_shard(root)
     # One changed byte keeps the size: only the checksum tells, and the shard is replaced too.
     with open(layout.shard_file(NAME), "r+b") as f:
@@ -97,7 +83,7 @@ def test_a_damaged_final_shard_is_replaced_and_a_published_one_kept(tmp_path):
         byte = f.read(1)
         f.seek(50)
         f.write(bytes([byte[0] ^ 1]))
-    write_shard(root)
+    shard_attempts.write_shard(root)
     assert_one_verified_shard(root)
 
 
