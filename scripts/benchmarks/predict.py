@@ -1,0 +1,148 @@
+"""predict_vs_model_predict, load_vs_bare_copy and predict_memory_ratio: the predict job's half.
+
+The model is a Keras application (MobileNetV3Small, random weights: nothing is downloaded) with a
+classifier on top; its embedding is the pooled 576-d feature vector. Each repetition measures:
+- model.predict over the reader's batches of N and of factor x N rows (the job's two outputs),
+  timed in this process after a warm-up on the same batch shapes (full batches and each size's
+  last partial one); marginal images/s, as for the job (baseline);
+- the real predict CLI on the same two outputs into fresh tables of the embedded server, which
+  this process keeps running (the runs join it); predict time is the wall time less the
+  database load, marginal over the two sizes (subject); the load's marginal rows/s from the
+  same two runs (subject) and their peak RSS;
+- one bare binary COPY of the larger run's predictions into a plain table (baseline).
+"""
+
+import json
+import os
+import time
+
+from benchmarks.harness import marginal_rate, median, python_command, run_measured, settle
+
+BATCH = 64
+
+
+def export_benchmark_model(job_out, export_dir, classes):
+    """MobileNetV3Small (weights=None) + a softmax classifier, exported on the job's output."""
+    import keras
+
+    from tf_serving_input import export_serving_model
+
+    keras.utils.set_random_seed(0)
+    with open(os.path.join(job_out, "manifest.json")) as f:
+        size = json.load(f)["config"]["preprocess"]["image_size"]
+    backbone = keras.applications.MobileNetV3Small(input_shape=(size, size, 3), include_top=False, weights=None,
+                                                   pooling="avg", include_preprocessing=False)
+    classifier = keras.layers.Dense(classes, activation="softmax")
+    model = keras.Sequential([keras.Input((size, size, 3)), backbone, classifier])
+    return model, export_serving_model(model, job_out, export_dir)
+
+
+def run_predict(export_dir, job_out, out, database_dir, table):
+    """Runs the real predict CLI into the embedded server; returns (wall seconds, manifest, peak RSS)."""
+    wall, peak = run_measured(python_command(
+        "-m", "beam_pipeline.predict", "--model_dir", export_dir, "--input_dir", job_out, "--output_dir", out,
+        "--database", "embedded", "--database_dir", database_dir, "--table", table, "--batch_size", BATCH,
+        "--overwrite", "--no_progress"))
+    with open(os.path.join(out, "manifest.json")) as f:
+        return wall, json.load(f), peak
+
+
+def model_predict_seconds(model, dataset):
+    settle()
+    started = time.perf_counter()
+    model.predict(dataset, verbose=0)
+    return time.perf_counter() - started
+
+
+def bare_copy_rate(url, parquet_paths, table):
+    """Rows/s of one connection COPYing (binary) the predictions' rows into a plain table, no upsert."""
+    import psycopg
+    import pyarrow.parquet as pq
+    from pgvector.psycopg import register_vector
+
+    tables = [pq.read_table(path) for path in parquet_paths]
+    dimension = tables[0].schema.field("embedding").type.list_size
+    names = ("key", "source", "path", "split", "label", "top_k_ids", "top_k_labels", "top_k_scores", "embedding")
+    types = ("text", "text", "text", "text", "text", "int4[]", "text[]", "float4[]", "vector")
+    with psycopg.connect(url) as connection:
+        register_vector(connection)
+        connection.execute(f"DROP TABLE IF EXISTS {table}")
+        connection.execute(f"CREATE TABLE {table} (" + ", ".join(
+            f"{n} {t if n != 'embedding' else f'vector({dimension})'}" for n, t in zip(names, types)) + ")")
+        connection.commit()
+        rows = 0
+        started = time.perf_counter()
+        with connection.cursor().copy(f"COPY {table} ({', '.join(names)}) FROM STDIN WITH (FORMAT BINARY)") as copy:
+            copy.set_types(list(types))
+            for arrow in tables:
+                columns = {name: arrow.column(name).to_pylist() for name in names[:8]}
+                embeddings = arrow.column("embedding").combine_chunks()
+                matrix = embeddings.values.to_numpy(zero_copy_only=False).reshape(len(arrow), -1)
+                for row in range(len(arrow)):
+                    copy.write_row([columns[name][row] for name in names[:8]] + [matrix[row]])
+                rows += len(arrow)
+        connection.commit()
+        return rows / (time.perf_counter() - started)
+
+
+def drop_tables(url, *tables):
+    """Fresh tables, as the bare COPY gets: loading over an earlier run's rows and HNSW index is an
+    upsert into an index (measured 13,900 vs 19,000 rows/s fresh)."""
+    from beam_pipeline import database
+
+    with database.connect(url) as connection:
+        for table in tables:
+            connection.execute(f"DROP TABLE IF EXISTS {table}")
+        connection.commit()
+
+
+def measure(bench, job, server):
+    """The three ratios over the heavy set's job outputs (`job`: a job.JobSection), with `server`
+    (an EmbeddedServer this process holds a lease on). Returns the model's embedding size."""
+    from tf_serving_input.reader import make_dataset
+
+    results, work = bench.results, bench.work
+    classes = len(job.manifest["statistics"]["label_vocabulary"])
+    model, export = export_benchmark_model(job.out, os.path.join(work, "export"), classes)
+    url = server.url()
+    sizes = {"small": (job.out, job.rows), "big": (job.many_out, job.many_rows)}
+    datasets = {name: make_dataset(out, "train", batch_size=BATCH, training=False) for name, (out, _) in sizes.items()}
+    # Warm-up on the same batch shapes (each shape traces and compiles once): the small dataset
+    # whole (full batches, its last partial one), and the large one's last batch.
+    model.predict(datasets["small"], verbose=0)
+    model.predict(datasets["big"].skip(int(datasets["big"].cardinality()) - 1), verbose=0)
+    model_rates, job_rates, load_rates, copy_rates, peaks = [], [], [], [], []
+    embedding = None
+    for repetition in range(bench.repetitions):
+        seconds = {name: model_predict_seconds(model, dataset) for name, dataset in datasets.items()}
+        model_rates.append(marginal_rate((job.rows, seconds["small"]), (job.many_rows, seconds["big"])))
+        drop_tables(url, "bench_small", "bench_big")
+        runs = {name: run_predict(export, out, os.path.join(work, f"predict_{name}"), server.data_dir, f"bench_{name}")
+                for name, (out, _) in sizes.items()}
+        (small_wall, small, small_peak), (big_wall, big, big_peak) = runs["small"], runs["big"]
+        embedding = big["model"]["embedding_size"]
+        small_load, big_load = small["database"]["load_seconds"], big["database"]["load_seconds"]
+        job_rates.append(marginal_rate((job.rows, small_wall - small_load), (job.many_rows, big_wall - big_load)))
+        load_rates.append(marginal_rate((job.rows, small_load), (job.many_rows, big_load)))
+        peaks.append((small_peak, big_peak))
+        parquet = sorted(os.path.join(work, "predict_big", "predictions", name)
+                         for name in os.listdir(os.path.join(work, "predict_big", "predictions"))
+                         if name.endswith(".parquet"))
+        copy_rates.append(bare_copy_rate(url, parquet, "bare_copy"))
+        results.say(f"   [{repetition + 1}/{bench.repetitions}] model.predict marginal {model_rates[-1]:.0f} img/s "
+                    f"({seconds['small']:.1f} s, {seconds['big']:.1f} s); predict job marginal {job_rates[-1]:.0f} "
+                    f"img/s ({small_wall:.1f} s, {big_wall:.1f} s); load {load_rates[-1]:.0f} rows/s, bare COPY "
+                    f"{copy_rates[-1]:.0f} rows/s")
+    results.say(f"6. predict job (MobileNetV3Small, {embedding}-d embedding, batch {BATCH}; {job.rows} vs "
+                f"{job.many_rows} rows, marginal) vs model.predict over make_dataset (marginal, warmed up):")
+    records = "224 px records"
+    results.ratio("predict_vs_model_predict", records, [j / m for j, m in zip(job_rates, model_rates)])
+    results.ratio("load_vs_bare_copy", "predictions", [load / copy for load, copy in zip(load_rates, copy_rates)])
+    results.ratio("predict_memory_ratio", records, [big / small for small, big in peaks],
+                  note=f"peak RSS {median([s for s, _ in peaks]) / 2**30:.2f} GiB at {job.rows} rows, "
+                       f"{median([b for _, b in peaks]) / 2**30:.2f} GiB at {job.many_rows}")
+    results.rate("predict job (marginal)", job_rates)
+    results.rate("model.predict over make_dataset (marginal)", model_rates)
+    results.rate("database load rows/s (marginal)", load_rates)
+    results.rate("bare COPY rows/s", copy_rates)
+    return embedding
