@@ -78,7 +78,7 @@ def main(argv=None, description=None):
     shrink.measure(bench, large)
     stages.measure(bench, (heavy, light))
 
-    from beam_pipeline.embedded_server import EmbeddedServer
+    from beam_pipeline.database.server import EmbeddedServer
 
     server = EmbeddedServer(os.path.join(bench.work, "postgres"))
     server.start()  # Held for the whole section: the predict runs join it, the COPY and search use it.

@@ -55,31 +55,33 @@ def model_predict_seconds(model, dataset):
 
 
 def bare_copy_rate(url, parquet_paths, table):
-    """Rows/s of one connection COPYing (binary) the predictions' rows into a plain table, no upsert."""
+    """Rows/s of one connection COPYing (binary) the predictions' rows into a plain table: no staging
+    table, no upsert, no index; the columns are the predictions table's, less `dataset`."""
     import psycopg
     import pyarrow.parquet as pq
     from pgvector.psycopg import register_vector
 
+    from beam_pipeline import database
+
     tables = [pq.read_table(path) for path in parquet_paths]
     dimension = tables[0].schema.field("embedding").type.list_size
-    names = ("key", "source", "path", "split", "label", "top_k_ids", "top_k_labels", "top_k_scores", "embedding")
-    types = ("text", "text", "text", "text", "text", "int4[]", "text[]", "float4[]", "vector")
+    columns = [(name, kind) for name, kind in database.table_columns(dimension, "float32") if name != "dataset"]
+    names = [name for name, _ in columns]
     with psycopg.connect(url) as connection:
         register_vector(connection)
         connection.execute(f"DROP TABLE IF EXISTS {table}")
-        connection.execute(f"CREATE TABLE {table} (" + ", ".join(
-            f"{n} {t if n != 'embedding' else f'vector({dimension})'}" for n, t in zip(names, types)) + ")")
+        connection.execute(f"CREATE TABLE {table} (" + ", ".join(f"{n} {kind}" for n, kind in columns) + ")")
         connection.commit()
         rows = 0
         started = time.perf_counter()
         with connection.cursor().copy(f"COPY {table} ({', '.join(names)}) FROM STDIN WITH (FORMAT BINARY)") as copy:
-            copy.set_types(list(types))
+            copy.set_types([kind.split("(")[0] for _, kind in columns])
             for arrow in tables:
-                columns = {name: arrow.column(name).to_pylist() for name in names[:8]}
+                values = {name: arrow.column(name).to_pylist() for name in names if name != "embedding"}
                 embeddings = arrow.column("embedding").combine_chunks()
                 matrix = embeddings.values.to_numpy(zero_copy_only=False).reshape(len(arrow), -1)
                 for row in range(len(arrow)):
-                    copy.write_row([columns[name][row] for name in names[:8]] + [matrix[row]])
+                    copy.write_row([matrix[row] if name == "embedding" else values[name][row] for name in names])
                 rows += len(arrow)
         connection.commit()
         return rows / (time.perf_counter() - started)

@@ -17,8 +17,8 @@ def stage_rates(paths, config_values, count):
     """{stage: images/s on one core} over the first `count` paths."""
     import tensorflow as tf
 
-    from beam_pipeline.analysis import to_record_batch
-    from beam_pipeline.records import frame_record, make_example
+    from beam_pipeline.common.records import frame_record, make_example
+    from beam_pipeline.preprocess.analysis import to_record_batch
     from tf_serving_input.codecs import codec_for, to_bytes
     from tf_serving_input.features import PreprocessConfig
     from tf_serving_input.normalization import pixel_moments
