@@ -13,15 +13,21 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.harness import Ratio, Results, interleave, marginal_rate  # noqa: E402
+from benchmarks.harness import Ratio, Results, in_turn, marginal_rate  # noqa: E402
 from benchmarks.targets import TARGETS, met  # noqa: E402
 
 
-def test_interleave_alternates_baseline_and_subject():
-    calls = []
-    pairs = interleave(3, lambda i: calls.append(("baseline", i)) or i, lambda i: calls.append(("subject", i)) or -i)
+def test_repetitions_alternate_baseline_and_subject():
+    calls, logged = [], []
+
+    def step(name, value):
+        return lambda repetition: calls.append((name, repetition)) or value * repetition
+
+    samples = in_turn(3, {"baseline": step("baseline", 1), "subject": step("subject", -1)},
+                      lambda repetition, sample: logged.append((repetition, sample)))
     assert calls == [("baseline", 0), ("subject", 0), ("baseline", 1), ("subject", 1), ("baseline", 2), ("subject", 2)]
-    assert pairs == [(0, 0), (1, -1), (2, -2)]
+    assert samples == {"baseline": [0, 1, 2], "subject": [0, -1, -2]}
+    assert logged[1] == (1, {"baseline": 1, "subject": -1})
 
 
 def test_a_ratio_reports_its_median_and_range_not_its_best():

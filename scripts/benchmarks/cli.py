@@ -93,7 +93,7 @@ def main(argv=None, description=None):
     command = " ".join(["python scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])])
     table, chart, readme_line = report.write(
         bench.results, docs_dir=args.docs_dir, readme=args.readme, command=command.strip(), elapsed=elapsed,
-        repetitions=args.repetitions, image_sets=(heavy, light, large), shared=share.text())
+        repetitions=args.repetitions, image_sets=(heavy, light, large), others=share.others_fraction())
     print("\n" + "\n".join(table))
     print(f"\nwrote {os.path.join(args.docs_dir, 'benchmarks.md')} and {chart} in {elapsed / 60:.1f} min; "
           f"{readme_line}")

@@ -8,7 +8,7 @@ end of epoch E; one run of 10 epochs gives both E = 1 and E = 10. Ratio: baselin
 subject seconds (above 1: the job has paid for itself).
 """
 
-from benchmarks.harness import epoch_times
+from benchmarks.harness import epoch_times, in_turn
 from benchmarks.pipelines import after_pipeline
 
 EPOCHS = (1, 10)
@@ -20,16 +20,23 @@ def measure(bench, image_set, job):
     statistics = job.manifest["statistics"]
     mean, std = statistics["pixel_mean"], statistics["pixel_std"]
     last = max(EPOCHS)
-    samples = {epochs: [] for epochs in EPOCHS}
-    for repetition in range(bench.repetitions):
-        after = epoch_times(lambda: after_pipeline(job.csv, mean, std, 64), last)
-        reader = epoch_times(lambda: make_dataset(job.out, "train", batch_size=64, training=False), last)
-        job_seconds = job.small_walls[repetition % len(job.small_walls)]
-        for epochs in EPOCHS:
-            samples[epochs].append(after[epochs - 1] / (job_seconds + reader[epochs - 1]))
-        bench.results.say(f"   [{image_set.name} {repetition + 1}/{bench.repetitions}] job {job_seconds:.1f} s; "
-                          f"reader {reader[0]:.1f} s for 1 epoch, {reader[-1]:.1f} s for {last}; 'after' "
-                          f"{after[0]:.1f} s, {after[-1]:.1f} s")
+
+    def job_seconds(repetition):
+        return job.small_walls[repetition % len(job.small_walls)]
+
+    def log(repetition, sample):
+        after, reader = sample["after"], sample["reader"]
+        bench.results.say(f"   [{image_set.name} {repetition + 1}/{bench.repetitions}] job "
+                          f"{job_seconds(repetition):.1f} s; reader {reader[0]:.1f} s for 1 epoch, "
+                          f"{reader[-1]:.1f} s for {last}; 'after' {after[0]:.1f} s, {after[-1]:.1f} s")
+
+    times = in_turn(bench.repetitions, {
+        "after": lambda _: epoch_times(lambda: after_pipeline(job.csv, mean, std, 64), last),
+        "reader": lambda _: epoch_times(lambda: make_dataset(job.out, "train", batch_size=64, training=False), last)},
+        log)
+    samples = {epochs: [after[epochs - 1] / (job_seconds(repetition) + reader[epochs - 1])
+                        for repetition, (after, reader) in enumerate(zip(times["after"], times["reader"]))]
+               for epochs in EPOCHS}
     bench.results.say(f"3. [{image_set.title}] end to end, {job.rows} images: 'after' for E epochs vs the job + E "
                       "epochs of the reader:")
     bench.results.ratio("end_to_end_1_epoch", image_set.title, samples[1])

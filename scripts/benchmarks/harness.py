@@ -1,6 +1,6 @@
 """How every measurement is taken: interleaved repetitions, wall time, peak RSS, marginal rates.
 
-A ratio is never one sample. `interleave` runs baseline, subject, baseline, subject, ... so that
+A ratio is never one sample. `in_turn` runs baseline, subject, baseline, subject, ... so that
 both sides of each pair see the same moment of a machine whose speed drifts by tens of percent
 over minutes (other work shares it); each pair gives one sample, and `Ratio` keeps them all and
 reports their median and range. Nothing here asserts a timing.
@@ -29,6 +29,7 @@ class Ratio:
     images: str
     samples: list
     note: str = ""
+    exact: bool = False  # Arithmetic, not a timing (PSNR): one sample is the whole truth.
 
     @property
     def median(self):
@@ -67,12 +68,13 @@ class Results:
         print(text, flush=True)
         self.lines.append(text)
 
-    def ratio(self, name, images, samples, note=""):
+    def ratio(self, name, images, samples, note="", exact=False):
         """Records a ratio and logs its median, range and target; returns it."""
-        ratio = Ratio(name, images, list(samples), note)
+        ratio = Ratio(name, images, list(samples), note, exact)
         self.ratios.append(ratio)
-        verdict = {True: "met", False: "NOT met", None: "no target"}[ratio.met]
-        self.say(f"   {name} [{images}]: {ratio.summary()}, target {target_text(name)}: median {verdict}")
+        verdict = {True: "median met", False: "median NOT met", None: ""}[ratio.met]
+        target = f"target {target_text(name)}: {verdict}" if verdict else "no target"
+        self.say(f"   {name} [{images}]: {ratio.summary()}, {target}")
         return ratio
 
     def rate(self, label, samples):
@@ -82,12 +84,21 @@ class Results:
         return {label: statistics.median(samples) for label, samples in self.rates.items()}
 
 
-def interleave(repetitions, baseline, subject):
-    """[(baseline(i), subject(i))] for i in range(repetitions), run in the order b, s, b, s, ..."""
-    pairs = []
+def in_turn(repetitions, steps, log=None):
+    """Runs every step once per repetition, in order, repetition after repetition.
+
+    With steps {baseline, subject} that is baseline, subject, baseline, subject, ...; a section
+    with several pairs lists them all, each subject right after its baseline. `steps`:
+    {name: function(repetition) -> sample}. Returns {name: [one sample per repetition]}.
+    `log(repetition, {name: this repetition's sample})` is called after each repetition.
+    """
+    samples = {name: [] for name in steps}
     for repetition in range(repetitions):
-        pairs.append((baseline(repetition), subject(repetition)))
-    return pairs
+        for name, step in steps.items():
+            samples[name].append(step(repetition))
+        if log is not None:
+            log(repetition, {name: values[-1] for name, values in samples.items()})
+    return samples
 
 
 def median(values):
@@ -188,6 +199,11 @@ def dataset_rate(dataset, seconds, warm_up=3):
     return rate
 
 
+def rate_step(dataset, seconds):
+    """A step for `in_turn`: the dataset's rate over `seconds`."""
+    return lambda _repetition: dataset_rate(dataset, seconds)
+
+
 def epoch_times(make, epochs):
     """Seconds from building a dataset with `make()` to the end of each of `epochs` full passes."""
     started = time.perf_counter()
@@ -265,7 +281,3 @@ class MachineShare:
         wall = time.monotonic() - self.started
         own = _own_cpu_seconds() - self.own + self.extra
         return max(0.0, _busy_cpu_seconds() - self.busy - own) / (wall * CORES)
-
-    def text(self):
-        return (f"processes outside this benchmark (other people's tests and jobs) used "
-                f"{self.others_fraction():.0%} of the {CORES} cores' time over the run")

@@ -1,9 +1,9 @@
 """job_vs_bare, job_vs_pillow and memory_ratio: the Beam job against bare loops, and its memory.
 
 Each repetition runs, on one image set: the bare TensorFlow loop, the Pillow loop (baselines),
-then the real command line on N rows and on memory_factor x N rows (the subject). The job's rate is
-marginal between the two runs, so start-up cancels and the difference is (factor - 1) x N images
-of work; the same two runs give the peak RSS (launcher + workers) at both sizes.
+then the real command line on N rows and on memory_factor x N rows (the subject). The job's rate
+is marginal between the two runs, so start-up cancels and the difference is (factor - 1) x N
+images of work; the same two runs give the peak RSS (launcher + workers) at both sizes.
 """
 
 import dataclasses
@@ -13,7 +13,7 @@ import os
 
 from benchmarks import loops
 from benchmarks.data import write_csv
-from benchmarks.harness import marginal_rate, median, python_command, run_measured
+from benchmarks.harness import in_turn, marginal_rate, median, python_command, run_measured
 from tf_serving_input.layout import OutputLayout  # No TensorFlow import.
 
 
@@ -68,20 +68,27 @@ def measure(bench, image_set, out_name):
     small_csv = write_csv(os.path.join(work, f"{out_name}.csv"), image_set.images)
     many_csv = write_csv(os.path.join(work, f"{out_name}_many.csv"), image_set.images, repeat_to=many)
     out, many_out = os.path.join(work, out_name), os.path.join(work, f"{out_name}_many")
-    bare, pillow, job, small_runs, big_runs = [], [], [], [], []
-    for repetition in range(bench.repetitions):
-        bare.append(loops.bare_loop_rate(image_set.paths, bench.config_values))
-        pillow.append(loops.pillow_loop_rate(image_set.paths))
-        small_runs.append(run_job(small_csv, out))
-        big_runs.append(run_job(many_csv, many_out))
-        job.append(marginal_rate((rows, small_runs[-1].wall), (many, big_runs[-1].wall)))
-        results.say(f"   [{image_set.name} {repetition + 1}/{bench.repetitions}] bare loop {bare[-1]:.0f} img/s, "
-                    f"Pillow loop {pillow[-1]:.0f}, job marginal {job[-1]:.0f} ({rows} rows "
-                    f"{small_runs[-1].wall:.1f} s, {many} rows {big_runs[-1].wall:.1f} s)")
+
+    def log(repetition, sample):
+        small, big = sample["job"]
+        results.say(f"   [{image_set.name} {repetition + 1}/{bench.repetitions}] bare loop {sample['bare']:.0f} img/s, "
+                    f"Pillow loop {sample['pillow']:.0f}, job marginal {job_rate(small, big):.0f} ({rows} rows "
+                    f"{small.wall:.1f} s, {many} rows {big.wall:.1f} s)")
+
+    def job_rate(small, big):
+        return marginal_rate((rows, small.wall), (many, big.wall))
+
+    samples = in_turn(bench.repetitions, {
+        "bare": lambda _: loops.bare_loop_rate(image_set.paths, bench.config_values),
+        "pillow": lambda _: loops.pillow_loop_rate(image_set.paths),
+        "job": lambda _: (run_job(small_csv, out), run_job(many_csv, many_out))}, log)
+    bare, pillow = samples["bare"], samples["pillow"]
+    small_runs, big_runs = [small for small, _ in samples["job"]], [big for _, big in samples["job"]]
+    job = [job_rate(small, big) for small, big in samples["job"]]
     manifest = small_runs[-1].manifest
     assert manifest["config"]["preprocess"] == bench.config_values
     results.say(f"1. [{image_set.title}] Beam job (marginal, {rows} vs {many} rows) vs the same TF ops in a bare loop "
-                f"and vs a Pillow loop, {bench.repetitions} interleaved repetitions:")
+                f"and vs a Pillow loop:")
     results.ratio("job_vs_bare", image_set.title, [j / b for j, b in zip(job, bare)])
     results.ratio("job_vs_pillow", image_set.title, [j / p for j, p in zip(job, pillow)])
     peaks = [(s.peak_rss, b.peak_rss) for s, b in zip(small_runs, big_runs)]

@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from benchmarks.harness import marginal_rate, median, python_command, run_measured, settle
+from benchmarks.harness import in_turn, marginal_rate, median, python_command, run_measured, settle
 
 BATCH = 64
 
@@ -113,28 +113,38 @@ def measure(bench, job, server):
     # whole (full batches, its last partial one), and the large one's last batch.
     model.predict(datasets["small"], verbose=0)
     model.predict(datasets["big"].skip(int(datasets["big"].cardinality()) - 1), verbose=0)
-    model_rates, job_rates, load_rates, copy_rates, peaks = [], [], [], [], []
-    embedding = None
-    for repetition in range(bench.repetitions):
+
+    def model_predict(_):
         seconds = {name: model_predict_seconds(model, dataset) for name, dataset in datasets.items()}
-        model_rates.append(marginal_rate((job.rows, seconds["small"]), (job.many_rows, seconds["big"])))
+        return marginal_rate((job.rows, seconds["small"]), (job.many_rows, seconds["big"]))
+
+    def predict_job(_):
+        """(predict images/s, load rows/s, (small, big) peak RSS, (small, big) wall), all marginal."""
         drop_tables(url, "bench_small", "bench_big")
-        runs = {name: run_predict(export, out, os.path.join(work, f"predict_{name}"), server.data_dir, f"bench_{name}")
-                for name, (out, _) in sizes.items()}
-        (small_wall, small, small_peak), (big_wall, big, big_peak) = runs["small"], runs["big"]
-        embedding = big["model"]["embedding_size"]
+        (small_wall, small, small_peak), (big_wall, big, big_peak) = (
+            run_predict(export, out, os.path.join(work, f"predict_{name}"), server.data_dir, f"bench_{name}")
+            for name, (out, _) in sizes.items())
         small_load, big_load = small["database"]["load_seconds"], big["database"]["load_seconds"]
-        job_rates.append(marginal_rate((job.rows, small_wall - small_load), (job.many_rows, big_wall - big_load)))
-        load_rates.append(marginal_rate((job.rows, small_load), (job.many_rows, big_load)))
-        peaks.append((small_peak, big_peak))
-        parquet = sorted(os.path.join(work, "predict_big", "predictions", name)
-                         for name in os.listdir(os.path.join(work, "predict_big", "predictions"))
-                         if name.endswith(".parquet"))
-        copy_rates.append(bare_copy_rate(url, parquet, "bare_copy"))
-        results.say(f"   [{repetition + 1}/{bench.repetitions}] model.predict marginal {model_rates[-1]:.0f} img/s "
-                    f"({seconds['small']:.1f} s, {seconds['big']:.1f} s); predict job marginal {job_rates[-1]:.0f} "
-                    f"img/s ({small_wall:.1f} s, {big_wall:.1f} s); load {load_rates[-1]:.0f} rows/s, bare COPY "
-                    f"{copy_rates[-1]:.0f} rows/s")
+        return (marginal_rate((job.rows, small_wall - small_load), (job.many_rows, big_wall - big_load)),
+                marginal_rate((job.rows, small_load), (job.many_rows, big_load)), (small_peak, big_peak),
+                (small_wall, big_wall), big["model"]["embedding_size"])
+
+    def bare_copy(_):
+        folder = os.path.join(work, "predict_big", "predictions")
+        return bare_copy_rate(url, sorted(os.path.join(folder, name) for name in os.listdir(folder)
+                                          if name.endswith(".parquet")), "bare_copy")
+
+    def log(repetition, sample):
+        job_rate, load_rate, _, (small_wall, big_wall), _ = sample["predict job"]
+        results.say(f"   [{repetition + 1}/{bench.repetitions}] model.predict marginal {sample['model.predict']:.0f} "
+                    f"img/s; predict job marginal {job_rate:.0f} img/s ({small_wall:.1f} s, {big_wall:.1f} s); load "
+                    f"{load_rate:.0f} rows/s, bare COPY {sample['bare COPY']:.0f} rows/s")
+
+    samples = in_turn(bench.repetitions, {"model.predict": model_predict, "predict job": predict_job,
+                                          "bare COPY": bare_copy}, log)
+    model_rates, copy_rates = samples["model.predict"], samples["bare COPY"]
+    job_rates, load_rates, peaks, _, embeddings = (list(column) for column in zip(*samples["predict job"]))
+    embedding = embeddings[-1]
     results.say(f"6. predict job (MobileNetV3Small, {embedding}-d embedding, batch {BATCH}; {job.rows} vs "
                 f"{job.many_rows} rows, marginal) vs model.predict over make_dataset (marginal, warmed up):")
     records = "224 px records"

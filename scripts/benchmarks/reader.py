@@ -8,7 +8,7 @@ then the informational 'before' and image_dataset_from_directory. The ratios tha
 records (same work, augmentation) are measured on one set: the records do not depend on it.
 """
 
-from benchmarks.harness import dataset_rate
+from benchmarks.harness import in_turn, rate_step
 from benchmarks.pipelines import classic_pipelines, same_work_pipeline
 
 BATCH = 64
@@ -37,12 +37,12 @@ def measure(bench, image_set, job, records_ratios):
         job.out, "train", batch_size=BATCH, training=True, repeat=True, seed=1)
     order = {AFTER: classic[AFTER], **subjects,
              **{name: dataset for name, dataset in classic.items() if name != AFTER}}
-    rates = {name: [] for name in order}
-    for repetition in range(bench.repetitions):
-        for name, dataset in order.items():
-            rates[name].append(dataset_rate(dataset, seconds))
+
+    def log(repetition, sample):
         results.say(f"   [{image_set.name} {repetition + 1}/{bench.repetitions}] " +
-                    ", ".join(f"{name} {samples[-1]:.0f}" for name, samples in rates.items()) + " img/s")
+                    ", ".join(f"{name} {rate:.0f}" for name, rate in sample.items()) + " img/s")
+
+    rates = in_turn(bench.repetitions, {name: rate_step(dataset, seconds) for name, dataset in order.items()}, log)
     results.say(f"2. [{image_set.title}] the reader ({job.manifest['config']['preprocess']['image_format']} "
                 f"storage) vs tf.data pipelines, batches of {BATCH}, {seconds:g} s per measurement:")
 

@@ -59,7 +59,9 @@ def verdict(ratio):
 
 
 def range_text(ratio):
-    return "exact, measured once" if len(ratio.samples) == 1 else f"{ratio.low:.2f}-{ratio.high:.2f}"
+    if ratio.exact:
+        return "exact, measured once"
+    return "one repetition" if len(ratio.samples) == 1 else f"{ratio.low:.2f}-{ratio.high:.2f}"
 
 
 def ratio_table(ratios):
@@ -128,18 +130,21 @@ def bar_chart(rates, path):
     image.save(path)
 
 
-def write(results, *, docs_dir, readme, command, elapsed, repetitions, image_sets, shared):
-    """Writes docs_dir/benchmarks.md and the chart, README's table; returns the ratio table's lines."""
+def write(results, *, docs_dir, readme, command, elapsed, repetitions, image_sets, others):
+    """Writes docs_dir/benchmarks.md and the chart, README's table; returns (the ratio table's lines,
+    the chart's path, a line on README). `others`: the CPU share other processes took (MachineShare)."""
     chart = os.path.join(docs_dir, "benchmark_throughput.png")
     rates = results.median_rates()
     bar_chart(rates, chart)
     table = ratio_table(results.ratios)
     met, total = met_counts(results.ratios)
-    machine_line = f"{CORES} cores, {shared}"
+    machine_line = f"{CORES} cores shared with other work, which took {others:.0%} of their time"
+    shared = (f"processes outside this benchmark (other people's tests and jobs) used {others:.0%} of the "
+              f"{CORES} cores' time over the run")
     throughput = ["| pipeline | per second, median | min-max |", "|---|---|---|"] + [
         f"| {name} | {rates[name]:.0f} | {min(samples):.0f}-{max(samples):.0f} |"
         for name, samples in results.rates.items()]
-    too_few = ([f"**Only {repetitions} repetition(s): a smoke run, not a measurement** (ratios need at least 3).", ""]
+    too_few = ([f"**{repetitions} repetition(s) only: a smoke run, not a measurement** (ratios need at least 3).", ""]
                if repetitions < 3 else [])
     document = [
         "# Benchmarks", "",
@@ -149,7 +154,7 @@ def write(results, *, docs_dir, readme, command, elapsed, repetitions, image_set
         f"Command: `{command}`", "",
         f"**Other work shared the machine during this run:** {shared}. Absolute numbers mean little here; "
         "each ratio compares two things measured in the same run on the same images and cores, one right "
-        f"after the other, {repetitions} times interleaved (baseline, subject, baseline, subject, ...). "
+        f"after the other, in {repetitions} interleaved repetitions (baseline, subject, baseline, subject, ...). "
         "The tables give each ratio's median and its min-max over those repetitions, and whether the "
         f"**median** meets the target: {met} of {total} do. No best-of-N.", "",
         *too_few,

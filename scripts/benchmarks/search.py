@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from benchmarks.harness import in_turn
+
 CLUSTER_SIZE = 50
 NOISE = 0.35
 QUERIES = 200
@@ -80,18 +82,21 @@ def measure(bench, url, dimension):
     count = bench.args.search_vectors
     vectors, centres = clustered_vectors(count, dimension, seed=0)
     build = store(url, vectors)
-    p50s, p99s, recalls = [], [], []
     with database.connect(url) as connection:
         plan = database.nearest(connection, TABLE, queries_from(centres, 1, seed=99)[0], K, explain=True)
         uses_index = f"Index Scan using {database.index_name(TABLE)}" in plan
         search_pass(connection, vectors, queries_from(centres, 20, seed=98))  # Warm-up: index pages cached.
-        for repetition in range(bench.repetitions):
-            latencies, recall = search_pass(connection, vectors, queries_from(centres, QUERIES, seed=repetition + 1))
-            p50s.append(float(np.percentile(latencies, 50)))
-            p99s.append(float(np.percentile(latencies, 99)))
-            recalls.append(recall)
-            bench.results.say(f"   [{repetition + 1}/{bench.repetitions}] p50 {p50s[-1]:.2f} ms, "
-                              f"p99 {p99s[-1]:.2f} ms, recall@{K} {recall:.3f}")
+
+        def log(repetition, sample):
+            latencies, recall = sample["search"]
+            bench.results.say(f"   [{repetition + 1}/{bench.repetitions}] p50 {np.percentile(latencies, 50):.2f} ms, "
+                              f"p99 {np.percentile(latencies, 99):.2f} ms, recall@{K} {recall:.3f}")
+
+        passes = in_turn(bench.repetitions, {"search": lambda repetition: search_pass(
+            connection, vectors, queries_from(centres, QUERIES, seed=repetition + 1))}, log)["search"]
+    p50s = [float(np.percentile(latencies, 50)) for latencies, _ in passes]
+    p99s = [float(np.percentile(latencies, 99)) for latencies, _ in passes]
+    recalls = [recall for _, recall in passes]
     vectors_text = f"{count:,} clustered {dimension}-d vectors"
     bench.results.say(f"7. search k={K} over {vectors_text} (clusters of {CLUSTER_SIZE}; HNSW built in {build:.0f} s; "
                       f"ef_search {max(database.MIN_EF_SEARCH, 2 * K)}; the plan "

@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from benchmarks.data import write_csv
+from benchmarks.harness import in_turn
 from benchmarks.job import run_job, steady_seconds_per_image
 from benchmarks.storage import read_file
 
@@ -22,17 +23,19 @@ def measure(bench, large):
 
     csv_path = write_csv(os.path.join(bench.work, "large.csv"), large.images)
     shards = str(max(4, min(24, len(large.images) // 5)))
-    speedups = []
-    for repetition in range(bench.repetitions):
-        per_image = {}
-        for flag in ("--no-jpeg_shrink_on_load", "--jpeg_shrink_on_load"):
-            run = run_job(csv_path, os.path.join(bench.work, "out_large"), flag, "--num_shards", shards)
-            per_image[flag] = steady_seconds_per_image(run.statuses)
-        shrunk = per_image["--jpeg_shrink_on_load"]  # 0 only in tiny smoke runs (rounded timings).
-        speedups.append(per_image["--no-jpeg_shrink_on_load"] / shrunk if shrunk else float("nan"))
-        bench.results.say(f"   [large {repetition + 1}/{bench.repetitions}] full decode "
-                          f"{per_image['--no-jpeg_shrink_on_load'] * 1000:.1f} ms/image, shrink-on-load "
-                          f"{shrunk * 1000:.1f} ms/image")
+
+    def job_seconds_per_image(flag):
+        return lambda _: steady_seconds_per_image(
+            run_job(csv_path, os.path.join(bench.work, "out_large"), flag, "--num_shards", shards).statuses)
+
+    def log(repetition, sample):
+        bench.results.say(f"   [large {repetition + 1}/{bench.repetitions}] full decode {sample['full'] * 1000:.1f} "
+                          f"ms/image, shrink-on-load {sample['shrink'] * 1000:.1f} ms/image")
+
+    seconds = in_turn(bench.repetitions, {"full": job_seconds_per_image("--no-jpeg_shrink_on_load"),
+                                          "shrink": job_seconds_per_image("--jpeg_shrink_on_load")}, log)
+    # A zero only in tiny smoke runs (rounded timings).
+    speedups = [full / shrunk if shrunk else float("nan") for full, shrunk in zip(seconds["full"], seconds["shrink"])]
     full = PreprocessConfig.from_dict(dict(bench.config_values, jpeg_shrink_on_load=False))
     small = PreprocessConfig.from_dict(dict(bench.config_values, jpeg_shrink_on_load=True))
     signature = [tf.TensorSpec([], tf.string)]
@@ -46,4 +49,4 @@ def measure(bench, large):
     bench.results.say(f"4. [{large.title}] shrink-on-load: job seconds per image, full decode / shrink-on-load; "
                       f"PSNR against full decode (mean {np.mean(psnrs):.1f} dB):")
     bench.results.ratio("shrink_speedup", large.title, speedups)
-    bench.results.ratio("shrink_psnr", large.title, [float(np.min(psnrs))], note="minimum over the images; exact")
+    bench.results.ratio("shrink_psnr", large.title, [float(np.min(psnrs))], exact=True)

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from benchmarks.harness import dataset_rate, median
+from benchmarks.harness import in_turn, median, rate_step
 from benchmarks.job import run_job
 
 
@@ -55,10 +55,8 @@ def measure(bench, job):
             manifests[image_format] = run_job(job.csv, outs[image_format], "--image_format", image_format).manifest
     datasets = {image_format: make_dataset(out, "train", batch_size=64, training=False, repeat=True)
                 for image_format, out in outs.items()}
-    rates = {fmt: [] for fmt in outs}
-    for _ in range(bench.repetitions):
-        for image_format, dataset in datasets.items():
-            rates[image_format].append(dataset_rate(dataset, bench.args.seconds))
+    rates = in_turn(bench.repetitions, {image_format: rate_step(dataset, bench.args.seconds)
+                                        for image_format, dataset in datasets.items()})
     table = ["| storage | KiB/image | reader images/s (median) | parity max | parity mean |", "|---|---|---|---|---|"]
     for image_format, out in outs.items():
         manifest = manifests[image_format]
