@@ -10,7 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import outputs
+
+sys.path.insert(0, os.path.join(outputs.REPO_ROOT, "scripts"))
 
 from benchmarks import report  # noqa: E402
 from benchmarks.harness import Ratio, Results, in_turn, marginal_rate  # noqa: E402
