@@ -6,22 +6,39 @@ import sys
 
 import outputs
 
-SCRIPT = os.path.join(outputs.REPO_ROOT, "scripts", "benchmark.py")
+SCRIPTS = os.path.join(outputs.REPO_ROOT, "scripts")
+SCRIPT = os.path.join(SCRIPTS, "benchmark.py")
+sys.path.insert(0, SCRIPTS)
+
+from benchmarks.report import README_BEGIN, README_END  # noqa: E402
+from benchmarks.targets import TARGETS  # noqa: E402
 
 
 def test_benchmark_runs_at_a_tiny_size(tmp_path):
+    readme = tmp_path / "README.md"  # Beside --docs_dir, as README.md is beside docs/.
+    readme.write_text(f"# Project\n\n{README_BEGIN}\nold\n{README_END}\n\nafter\n")
+    # One repetition keeps the smoke run's cost near what it was (each job run costs its start-up);
+    # tests/scripts/test_benchmark_harness.py checks the repetitions' bookkeeping.
     result = subprocess.run(
         [sys.executable, SCRIPT, "--images", "24", "--large_images", "3", "--memory_factor", "2",
-         "--seconds", "0.3", "--search_vectors", "300", "--workdir", str(tmp_path / "work"),
+         "--seconds", "0.3", "--search_vectors", "300", "--repetitions", "1", "--workdir", str(tmp_path / "work"),
          "--docs_dir", str(tmp_path / "docs")],
         capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("job_vs_bare", "job_vs_pillow", "reader_vs_after", "train_reader_vs_no_augment",
-                 "train_reader_vs_after", "shrink_speedup", "shrink_psnr", "memory_ratio", "predict_vs_model_predict",
-                 "load_vs_bare_copy", "search_p50_ms", "predict_memory_ratio"):
+    assert set(TARGETS) >= {"job_vs_bare", "job_vs_pillow", "reader_vs_after", "train_reader_vs_no_augment",
+                            "train_reader_vs_after", "shrink_speedup", "shrink_psnr", "memory_ratio",
+                            "predict_vs_model_predict", "load_vs_bare_copy", "search_p50_ms", "predict_memory_ratio"}
+    for name in TARGETS:
         assert f"| {name} |" in result.stdout, name
+    for name in ("job_vs_bare", "job_vs_pillow", "reader_vs_after", "end_to_end_10_epochs"):  # On both sets.
+        assert f"| {name} | heavy, " in result.stdout and f"| {name} | light, " in result.stdout, name
     report = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "## Ratios against targets" in report and "## Where the time goes" in report
+    assert "| median | min-max |" in report and "Other work shared the machine" in report
+    assert "a smoke run, not a measurement" in report  # Fewer than 3 repetitions says so.
     for image_format in ("raw", "jpeg", "png"):  # Every storage format is measured.
         assert f"| {image_format} |" in report, image_format
     assert (tmp_path / "docs" / "benchmark_throughput.png").read_bytes().startswith(b"\x89PNG")
+    text = readme.read_text()
+    assert text.startswith(f"# Project\n\n{README_BEGIN}\n") and text.endswith(f"{README_END}\n\nafter\n")
+    assert "old" not in text and "| `search_recall_at_10` |" in text

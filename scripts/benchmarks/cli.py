@@ -1,0 +1,100 @@
+"""`python scripts/benchmark.py`: every measurement in order, then the report."""
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+from benchmarks import data, end_to_end, job, predict, reader, report, search, shrink, stages, storage
+from benchmarks.harness import REPO, MachineShare, Results, tree_cpu_seconds
+
+
+@dataclasses.dataclass
+class Bench:
+    """What every section gets: the flags, the work folder, the results so far, the job's config."""
+
+    args: argparse.Namespace
+    work: str
+    results: Results
+    config_values: dict
+
+    @property
+    def repetitions(self):
+        return self.args.repetitions
+
+
+def parse_args(argv, description):
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=2000, help="Heavy JPEGs (~500x375, ~110 KiB) to use.")
+    parser.add_argument("--light_images", type=int, default=None,
+                        help="Light JPEGs (~500x375, ~45 KiB) to use (default: as many as --images).")
+    parser.add_argument("--large_images", type=int, default=120, help="2.7 MP JPEGs for shrink-on-load.")
+    parser.add_argument("--memory_factor", type=int, default=10, help="Rows of the larger runs / --images.")
+    parser.add_argument("--seconds", type=float, default=6.0, help="Time per tf.data throughput measurement.")
+    parser.add_argument("--search_vectors", type=int, default=100_000, help="Vectors in the search index.")
+    parser.add_argument("--repetitions", type=int, default=3,
+                        help="Interleaved repetitions of each baseline/subject pair (3 or more for a result; "
+                             "fewer only for smoke runs, which the report marks).")
+    parser.add_argument("--workdir", default=os.path.join(REPO, "output", "benchmark"))
+    parser.add_argument("--photos_dir", default=os.path.join(REPO, ".cache", "benchmark-photos"),
+                        help="Where the real photographs are kept once fetched (see benchmarks/data.py).")
+    parser.add_argument("--docs_dir", default=os.path.join(REPO, "docs"))
+    parser.add_argument("--readme", default=None,
+                        help="The README whose table (between its benchmark-table markers) is rewritten "
+                             "(default: README.md beside --docs_dir; left alone when missing).")
+    args = parser.parse_args(argv)
+    if args.repetitions < 1:
+        parser.error("--repetitions must be at least 1")
+    args.readme = args.readme or os.path.join(os.path.dirname(os.path.abspath(args.docs_dir)), "README.md")
+    return args
+
+
+def main(argv=None, description=None):
+    """Runs every measurement; prints the ratio table; writes docs/benchmarks.md, the chart, README's table."""
+    args = parse_args(argv, description)
+    started, share = time.time(), MachineShare()
+    os.makedirs(args.workdir, exist_ok=True)
+    os.makedirs(args.docs_dir, exist_ok=True)
+    from tf_serving_input.features import PreprocessConfig  # No TensorFlow import.
+
+    bench = Bench(args, args.workdir, Results(), PreprocessConfig().to_dict())
+    say = bench.results.say
+    photos = data.fetch_photos(args.photos_dir)
+    heavy = data.make_set("heavy", bench.work, photos, args.images, data.HEAVY)
+    light = data.make_set("light", bench.work, photos, args.light_images or args.images, data.LIGHT)
+    large = data.make_set("large", bench.work, photos, args.large_images, data.LARGE)
+    say(f"dataset: {len(heavy.images)} heavy JPEGs ~500x375 ({heavy.average_kib:.0f} KiB avg; ImageNet's ~110), "
+        f"{len(light.images)} light ({light.average_kib:.0f} KiB avg), {len(large.images)} large ~1900x1425, cropped "
+        f"from {len(photos)} real photos; {os.cpu_count()} cores; {args.repetitions} interleaved repetitions")
+
+    jobs = {image_set.name: job.measure(bench, image_set, out_name)
+            for image_set, out_name in ((heavy, f"out_{bench.config_values['image_format']}"), (light, "out_light"))}
+    storage.measure(bench, jobs["heavy"])
+    for image_set in (heavy, light):
+        reader.measure(bench, image_set, jobs[image_set.name], records_ratios=image_set is heavy)
+    for image_set in (heavy, light):
+        end_to_end.measure(bench, image_set, jobs[image_set.name])
+    shrink.measure(bench, large)
+    stages.measure(bench, (heavy, light))
+
+    from beam_pipeline.database.server import EmbeddedServer
+
+    server = EmbeddedServer(os.path.join(bench.work, "postgres"))
+    server.start()  # Held for the whole section: the predict runs join it, the COPY and search use it.
+    try:
+        embedding = predict.measure(bench, jobs["heavy"], server)
+        search.measure(bench, server.url(), embedding)
+    finally:
+        share.add_own(tree_cpu_seconds(server.pid()) if server.pid() else 0.0)
+        server.release()
+
+    elapsed = time.time() - started
+    command = " ".join(["python scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])])
+    table, chart, readme_line = report.write(
+        bench.results, docs_dir=args.docs_dir, readme=args.readme, command=command.strip(), elapsed=elapsed,
+        repetitions=args.repetitions, image_sets=(heavy, light, large), others=share.others_fraction())
+    print("\n" + "\n".join(table))
+    print(f"\nwrote {os.path.join(args.docs_dir, 'benchmarks.md')} and {chart} in {elapsed / 60:.1f} min; "
+          f"{readme_line}")
+    return 0

@@ -1,0 +1,38 @@
+"""The targets, one table: name -> (target, True when higher is better), or None for a ratio
+reported without one (the project has not set it). A target is met when the median meets it."""
+
+TARGETS = {
+    "job_vs_bare": (0.85, True),
+    "job_vs_pillow": (0.85, True),
+    "memory_ratio": (1.3, False),
+    "reader_vs_after": (6.0, True),
+    "reader_vs_same_work": None,
+    "train_reader_vs_no_augment": (0.7, True),
+    "train_reader_vs_after": (5.0, True),
+    "end_to_end_1_epoch": None,
+    "end_to_end_10_epochs": None,
+    "shrink_speedup": (1.5, True),
+    "shrink_psnr": (40.0, True),
+    "predict_vs_model_predict": (0.8, True),
+    "load_vs_bare_copy": (0.5, True),
+    "search_p50_ms": (10.0, False),
+    "search_p99_ms": None,
+    "search_recall_at_10": (0.95, True),  # What README promises and tests/test_database.py checks.
+    "predict_memory_ratio": (1.3, False),
+}
+
+
+def target_text(name):
+    """'>= 0.85', '<= 10', or 'none' for a ratio without a target."""
+    if TARGETS[name] is None:
+        return "none"
+    target, higher = TARGETS[name]
+    return f"{'>=' if higher else '<='} {target:g}"
+
+
+def met(name, value):
+    """Whether `value` meets `name`'s target; None where there is none."""
+    if TARGETS[name] is None:
+        return None
+    target, higher = TARGETS[name]
+    return value >= target if higher else value <= target
