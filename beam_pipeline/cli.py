@@ -78,7 +78,6 @@ def run(argv: list[str] | None = None) -> int:
 
 def main() -> None:
     """Console-script entry point."""
-    from beam_pipeline.common.quiet import quiet_startup
+    from beam_pipeline.common.launcher import console_main
 
-    quiet_startup(sys.argv[1:])
-    sys.exit(run())
+    console_main(run)

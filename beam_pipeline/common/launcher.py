@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from beam_pipeline.common import flags
 from beam_pipeline.common.redact import redact
@@ -39,6 +39,39 @@ class Refused(RuntimeError):
     """The job cannot run as asked; nothing was done (exit 2)."""
 
 
+class RunFlags(Protocol):
+    """What a job's configuration says about the run itself (the flags of `flags.add_run_flags`)."""
+
+    progress: bool
+    max_error_rate: float
+    overwrite: bool
+
+
+def beam_options(beam_args: list[str]) -> Any:
+    """Beam's pipeline options, with Beam's filesystems already using them, and Beam's notices kept quiet.
+
+    The launcher reads the input and prepares the output folder through Beam's filesystems
+    before any pipeline exists: s3:// (endpoint, credentials) needs the options now.
+    """
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_pipeline.common import runners
+
+    runners.quiet_library_logs()
+    options = PipelineOptions(beam_args)
+    FileSystems.set_options(options)
+    return options
+
+
+def console_main(run: Callable[[], int]) -> None:
+    """A console-script entry point: quiet start-up (see `quiet`), then exit with `run()`'s code."""
+    from beam_pipeline.common.quiet import quiet_startup
+
+    quiet_startup(sys.argv[1:])
+    sys.exit(run())
+
+
 def listed(items: list[str], limit: int = MAX_LISTED) -> str:
     """Up to `limit` items joined by ', ', then ' ...' when there are more."""
     return ", ".join(items[:limit]) + (" ..." if len(items) > limit else "")
@@ -47,14 +80,14 @@ def listed(items: list[str], limit: int = MAX_LISTED) -> str:
 class Launcher(Generic[LayoutT]):
     """One run of a job into an output folder (`layout`: a tf_serving_input.layout layout)."""
 
-    def __init__(self, layout: LayoutT, beam_args: list[str], pipeline_options: PipelineOptions, *,
-                 progress: bool = True, max_error_rate: float = 0.01, overwrite: bool = False) -> None:
+    def __init__(self, layout: LayoutT, beam_args: list[str], pipeline_options: PipelineOptions,
+                 run_flags: RunFlags) -> None:
         self.layout = layout
         self.beam_args = beam_args
         self.pipeline_options = pipeline_options
-        self.progress = progress
-        self.max_error_rate = max_error_rate
-        self.overwrite = overwrite
+        self.progress = run_flags.progress
+        self.max_error_rate = run_flags.max_error_rate
+        self.overwrite = run_flags.overwrite
 
     # ------------------------------------------------------------------ what a job fills in
     def first_step(self) -> str:

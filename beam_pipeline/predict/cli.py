@@ -144,22 +144,16 @@ def run(argv=None, prog=PROG):
     """Runs the predict job; returns the exit code (0 ok, 1 failed, 2 refused before any work)."""
     config, beam_args = parse_args(sys.argv[1:] if argv is None else argv, prog)
 
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from beam_pipeline.common import runners
+    from beam_pipeline.common.launcher import beam_options
     from beam_pipeline.predict.launcher import PredictLauncher
     from tf_serving_input.layout import PredictionLayout
 
-    runners.quiet_library_logs()
-    pipeline_options = PipelineOptions(beam_args)
-    FileSystems.set_options(pipeline_options)
-    return PredictLauncher(config, beam_args, pipeline_options, PredictionLayout(config.output_dir)).execute()
+    layout = PredictionLayout(config.output_dir)
+    return PredictLauncher(config, beam_args, beam_options(beam_args), layout).execute()
 
 
 def main():
     """Console-script entry point."""
-    from beam_pipeline.common.quiet import quiet_startup
+    from beam_pipeline.common.launcher import console_main
 
-    quiet_startup(sys.argv[1:])
-    sys.exit(run())
+    console_main(run)

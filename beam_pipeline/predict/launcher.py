@@ -39,8 +39,7 @@ class PredictLauncher(Launcher):
     """What the predict job adds to the shared run: the export, the input, the database."""
 
     def __init__(self, config, beam_args, pipeline_options, layout):
-        super().__init__(layout, beam_args, pipeline_options, progress=config.progress,
-                         max_error_rate=config.max_error_rate, overwrite=config.overwrite)
+        super().__init__(layout, beam_args, pipeline_options, config)
         self.config = config
         self.export = None
         self.job_manifest = None

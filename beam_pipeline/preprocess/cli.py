@@ -8,7 +8,7 @@ errors answer at once.
 
 import sys
 
-from beam_pipeline.common.launcher import Launcher, Refused
+from beam_pipeline.common.launcher import Launcher, Refused, beam_options, console_main
 from beam_pipeline.preprocess import options as job_options
 
 PROG = "beam-image-pipeline preprocess"
@@ -56,8 +56,7 @@ class PreprocessLauncher(Launcher):
     """CSV -> shards + statistics: what the preprocessing job adds to the shared run."""
 
     def __init__(self, job, beam_args, pipeline_options, layout):
-        super().__init__(layout, beam_args, pipeline_options, progress=job.progress,
-                         max_error_rate=job.max_error_rate, overwrite=job.overwrite)
+        super().__init__(layout, beam_args, pipeline_options, job)
         self.job = job
         self.csv_summary = None
 
@@ -119,23 +118,11 @@ def run(argv=None, prog=PROG):
     """Runs the job; returns the process exit code (0 ok, 1 failed, 2 refused before any work)."""
     job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv, prog)
 
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from beam_pipeline.common import runners
     from tf_serving_input.layout import OutputLayout
 
-    runners.quiet_library_logs()
-    pipeline_options = PipelineOptions(beam_args)
-    # The launcher reads the CSV and prepares --output_dir through Beam's filesystems
-    # before any pipeline exists: s3:// (endpoint, credentials) needs the options now.
-    FileSystems.set_options(pipeline_options)
-    return PreprocessLauncher(job, beam_args, pipeline_options, OutputLayout(job.output_dir)).execute()
+    return PreprocessLauncher(job, beam_args, beam_options(beam_args), OutputLayout(job.output_dir)).execute()
 
 
 def main():
     """Console-script entry point."""
-    from beam_pipeline.common.quiet import quiet_startup
-
-    quiet_startup(sys.argv[1:])
-    sys.exit(run())
+    console_main(run)

@@ -101,10 +101,9 @@ def run(argv=None, prog=PROG):
 
 def main():
     """Console-script entry point."""
-    from beam_pipeline.common.quiet import quiet_startup
+    from beam_pipeline.common.launcher import console_main
 
-    quiet_startup(sys.argv[1:])
-    sys.exit(run())
+    console_main(run)
 
 
 if __name__ == "__main__":

@@ -219,7 +219,6 @@ def printable(text, limit=200):
 
 def main():
     """Console-script entry point."""
-    from beam_pipeline.common.quiet import quiet_startup
+    from beam_pipeline.common.launcher import console_main
 
-    quiet_startup(sys.argv[1:])
-    sys.exit(run())
+    console_main(run)

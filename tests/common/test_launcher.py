@@ -3,6 +3,7 @@
 import errno
 import json
 import os
+import types
 
 import apache_beam as beam
 import pytest
@@ -24,8 +25,8 @@ class TinyJob(Launcher):
     """A job of two numbers: refuses, fails inside the pipeline, or reports `failed` of 10 rows failed."""
 
     def __init__(self, root, refuse=None, fail=False, failed=0, max_error_rate=0.1):
-        super().__init__(OutputLayout(str(root)), BEAM_ARGS, PipelineOptions(BEAM_ARGS), progress=False,
-                         max_error_rate=max_error_rate)
+        run_flags = types.SimpleNamespace(progress=False, max_error_rate=max_error_rate, overwrite=False)
+        super().__init__(OutputLayout(str(root)), BEAM_ARGS, PipelineOptions(BEAM_ARGS), run_flags)
         self.refuse, self.fail, self.failed = refuse, fail, failed
         self.ran = None
 
