@@ -192,21 +192,18 @@ def table_export(connection, table):
 
 
 # ---------------------------------------------------------------------- loading
-def unstorable_rows(arrow_table):
-    """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte), in any text column."""
-    import pyarrow as pa
+def unstorable_rows(values, columns):
+    """{row index: detail} of rows holding text PostgreSQL cannot store (a NUL byte), in any text column.
 
+    `values`: {column: Python values} (as `to_pylist` gives them); `columns`: [(column, PostgreSQL type)].
+    """
     found = {}
-    for field in arrow_table.schema:
-        if pa.types.is_string(field.type):
-            texts = arrow_table.column(field.name).to_pylist()
-        elif pa.types.is_list(field.type) and pa.types.is_string(field.type.value_type):
-            texts = ["".join(values) for values in arrow_table.column(field.name).to_pylist()]
-        else:
+    for name, kind in columns:
+        if kind not in ("text", "text[]") or name not in values:
             continue
-        for index, value in enumerate(texts):
-            if "\x00" in value:
-                found.setdefault(index, f"its {field.name} holds a NUL byte, which PostgreSQL text cannot store")
+        for index, value in enumerate(values[name]):
+            if "\x00" in (value if kind == "text" else "".join(value)):
+                found.setdefault(index, f"its {name} holds a NUL byte, which PostgreSQL text cannot store")
     return found
 
 
@@ -217,15 +214,15 @@ def upsert_table(connection, table, dataset_id, arrow_table):
     """
     from psycopg import sql
 
-    left_out = unstorable_rows(arrow_table)
+    embeddings = arrow_table.column("embedding").combine_chunks()
+    kind = of_bit_width(embeddings.type.value_type.bit_width)
+    columns = table_columns(embeddings.type.list_size, kind.name)
+    values = {name: arrow_table.column(name).to_pylist() for name, _ in columns[1:-1]}  # Converted once.
+    left_out = unstorable_rows(values, columns)
     keep = [index for index in range(len(arrow_table)) if index not in left_out]
     if not keep:  # An empty shard (more shards than rows), or nothing storable: nothing to send.
         return 0, left_out
 
-    embeddings = arrow_table.column("embedding").combine_chunks()
-    kind = of_bit_width(embeddings.type.value_type.bit_width)
-    columns = table_columns(embeddings.type.list_size, kind.name)
-    values = {name: arrow_table.column(name).to_pylist() for name, _ in columns[1:-1]}
     stage = sql.Identifier(f"stage_{table}"[:MAX_NAME_BYTES])
     target = sql.Identifier(table)
     names = sql.SQL(", ").join(sql.Identifier(name) for name, _ in columns)
@@ -238,9 +235,10 @@ def upsert_table(connection, table, dataset_id, arrow_table):
         with connection.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
                 stage, names)) as copy:
             copy.set_types([kind.pgvector if name == "embedding" else type_ for name, type_ in columns])
+            text_and_lists = [values[name] for name, _ in columns[1:-1]]
+            to_database = kind.to_database
             for row in keep:
-                copy.write_row([dataset_id] + [values[name][row] for name, _ in columns[1:-1]]
-                               + [kind.to_database(matrix[row])])
+                copy.write_row([dataset_id, *(column[row] for column in text_and_lists), to_database(matrix[row])])
         # In key order: two loads of the same rows at once then take their row locks in one order.
         connection.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY key "
                                    "ON CONFLICT (dataset, key) DO UPDATE SET {}").format(
