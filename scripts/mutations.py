@@ -1,0 +1,76 @@
+"""Mutation check of issue 24's promises: each mutation breaks one promise; the named test must then fail.
+
+    .venv/bin/python scripts/mutations.py [NAME_PREFIX ...]     # e.g. M1 M3; all by default
+
+Each mutation is applied to the working tree, the test that guards it is run, and the file is
+restored (also when interrupted). A mutation the suite misses prints "exit 0". Run it on a clean
+tree: it edits files in place while a test runs.
+"""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MUTATIONS = [
+    ("M1 no HNSW index", "beam_pipeline/database/tables.py",
+     'connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding {})").format(',
+     '(lambda *a: None)(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding {})").format(',
+     "tests/database/test_database.py::test_the_hnsw_index_exists_is_used_and_finds_the_true_neighbours"),
+    ("M1b the query skips the index", "beam_pipeline/database/tables.py",
+     '        if exact:\n            connection.execute("SET LOCAL enable_indexscan = off")',
+     '        if True:\n            connection.execute("SET LOCAL enable_indexscan = off")',
+     "tests/database/test_database.py::test_the_hnsw_index_exists_is_used_and_finds_the_true_neighbours"),
+    ("M2 the load never runs", "beam_pipeline/predict/load.py",
+     '        result = {"name": task.name, "loaded": 0, "failed": [], "problem": None}\n        try:',
+     '        result = {"name": task.name, "loaded": 0, "failed": [], "problem": None}\n        try:\n            return',
+     "tests/end_to_end/test_predict.py::"
+     "test_a_load_killed_part_way_into_a_fresh_table_then_rerun_gives_the_whole_table"),
+    ("M3 no hash compare on resume", "beam_pipeline/common/shard_file.py",
+     'if len(data) != status.get("bytes") or hashlib.sha256(data).hexdigest() != status.get("sha256"):',
+     'if len(data) != status.get("bytes"):',
+     "tests/preprocess/test_shard_writer.py"),
+    ("M4 augmentation off", "tf_serving_input/reader.py",
+     "    augment = training if augment is None else augment",
+     "    augment = False",
+     "tests/tf_serving_input/test_reader.py"),
+    ("M5 unknown label not -1 (the constant)", "tf_serving_input/features.py",
+     "UNKNOWN_LABEL_ID = -1", "UNKNOWN_LABEL_ID = 0",
+     "tests/end_to_end/test_cli.py::test_transform_output_loads_and_holds_the_statistics"),
+    ("M5b unknown label not -1 (the reader's lookup)", "tf_serving_input/reader.py",
+     "        default_value=features.UNKNOWN_LABEL_ID)", "        default_value=0)",
+     "tests/end_to_end/test_reader_serving.py::test_reader_unknown_label_and_missing_split"),
+    ("M5c unknown label not -1 (TFT's vocabulary)", "tf_serving_input/normalization.py",
+     "        label, default_value=features.UNKNOWN_LABEL_ID, weights=has_label,",
+     "        label, default_value=0, weights=has_label,",
+     "tests/end_to_end/test_cli.py::test_transform_output_loads_and_holds_the_statistics"),
+]
+
+
+def main(only: list[str]) -> int:
+    """Runs the mutations named by prefix (all without any); returns 1 when the suite missed one."""
+    missed = 0
+    for name, path, old, new, test in MUTATIONS:
+        if only and not any(name.startswith(prefix) for prefix in only):
+            continue
+        file = ROOT / path
+        original = file.read_text()
+        if original.count(old) != 1:
+            print(f"{name}: the code it mutates changed ({path}); update the mutation", flush=True)
+            missed += 1
+            continue
+        file.write_text(original.replace(old, new))
+        try:
+            result = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "pytest", "-q", "-x", test,
+                                     "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+        finally:
+            file.write_text(original)
+        failed = [line for line in result.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+        last = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+        print(f"{name}: exit {result.returncode}; {failed[0] if failed else last}", flush=True)
+        missed += result.returncode == 0
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
