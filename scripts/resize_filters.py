@@ -1,0 +1,77 @@
+"""Per-image cost of the crop+resize step with each TensorFlow resize op, on one thread, against Pillow.
+
+    .venv/bin/python scripts/resize_filters.py [IMAGE]     # default: a sample_data photo
+
+Issue 24, item 3: where the job loses to Pillow on light JPEGs. The photo is scaled to 500x375 (the
+light set's size), center-cropped to 375x375 and resized to 224x224. Prints each op's median time
+(7 x 50 calls) and how far its output is from today's (`ScaleAndTranslate`, triangle, antialias).
+"""
+
+import os
+import statistics
+import sys
+import time
+
+os.environ.update(TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from PIL import Image  # noqa: E402
+
+SIZE = 224
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_PHOTO = os.path.join(REPO, "sample_data", "images", "astronaut", "astronaut_003.jpg")
+
+
+def to_uint8(images):
+    return tf.cast(tf.clip_by_value(tf.round(images[0]), 0.0, 255.0), tf.uint8)
+
+
+def scale_and_translate(antialias):
+    @tf.function
+    def resize(crop):
+        scale = tf.constant([SIZE / crop.shape[0], SIZE / crop.shape[1]])
+        return to_uint8(tf.raw_ops.ScaleAndTranslate(
+            images=tf.cast(crop[None], tf.float32), size=[SIZE, SIZE], scale=scale,
+            translation=tf.zeros([2]), kernel_type="triangle", antialias=antialias))
+    return resize
+
+
+def image_resize(method):
+    @tf.function
+    def resize(crop):
+        return to_uint8(tf.image.resize(crop[None], [SIZE, SIZE], method=method, antialias=False))
+    return resize
+
+
+def main(photo):
+    image = np.asarray(Image.open(photo).convert("RGB").resize((500, 375), Image.LANCZOS))
+    crop = image[:, 62:437]
+    tensor = tf.constant(crop)
+    ops = {
+        "ScaleAndTranslate triangle+antialias (today)": scale_and_translate(True),
+        "ScaleAndTranslate triangle, no antialias": scale_and_translate(False),
+        "tf.image.resize area (AreaResize)": image_resize("area"),
+        "tf.image.resize bilinear (ResizeBilinear)": image_resize("bilinear"),
+    }
+    runs = {name: (lambda op=op: op(tensor).numpy()) for name, op in ops.items()}
+    runs["Pillow BILINEAR (antialiased)"] = lambda: np.asarray(Image.fromarray(crop).resize((SIZE, SIZE),
+                                                                                           Image.BILINEAR))
+    for run in runs.values():
+        run()
+    times = {name: [] for name in runs}
+    for _ in range(7):  # Interleaved: each op once per round.
+        for name, run in runs.items():
+            started = time.perf_counter()
+            for _ in range(50):
+                run()
+            times[name].append((time.perf_counter() - started) / 50 * 1000)
+    today = runs["ScaleAndTranslate triangle+antialias (today)"]().astype(float)
+    for name, run in runs.items():
+        difference = np.abs(run().astype(float) - today)
+        print(f"{name}: {statistics.median(times[name]):.2f} ms per image (min {min(times[name]):.2f}); "
+              f"vs today max {difference.max():.0f}, mean {difference.mean():.2f} levels")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_PHOTO)
