@@ -23,8 +23,8 @@ table and the index runs under an advisory lock, so concurrent loads wait for
 each other instead of colliding.
 """
 
+from beam_pipeline.common.embeddings import EMBEDDING_TYPES, of_bit_width, of_column_type
 from beam_pipeline.common.embeddings import embedding_type as embedding_type_named
-from beam_pipeline.common.embeddings import of_bit_width
 from beam_pipeline.common.redact import redact
 from beam_pipeline.database.connection import DatabaseError, connect, describe
 from beam_pipeline.database.names import (
@@ -284,13 +284,14 @@ def count_rows(url, table, dataset_id=None):
 
 
 def vector_tables(url):
-    """Tables holding an 'embedding' vector or halfvec column."""
+    """Tables holding an 'embedding' column of one of the embedding types (vector, halfvec)."""
+    pattern = "^(" + "|".join(kind.pgvector for kind in EMBEDDING_TYPES.values()) + ")\\("
     with connect(url) as connection:
         return [name for (name,) in connection.execute(
             "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE a.attname = 'embedding' AND c.relkind = 'r' AND n.nspname = current_schema() "
-            "AND format_type(a.atttypid, a.atttypmod) ~ '^(vector|halfvec)' ORDER BY 1")]
+            "AND format_type(a.atttypid, a.atttypmod) ~ %s ORDER BY 1", (pattern,))]
 
 
 # ---------------------------------------------------------------------- searching
@@ -308,7 +309,7 @@ def nearest(connection, table, vector, k, exact=False, dataset_id=None, explain=
     kind = embedding_type(connection, table)
     if kind is None:
         raise DatabaseError(f"no table {table} with embeddings here")
-    cast = sql.SQL(kind.split("(")[0])
+    cast = sql.SQL(of_column_type(kind).pgvector)
     where = sql.SQL("WHERE dataset = %s ") if dataset_id is not None else sql.SQL("")
     parameters = [vector] + ([dataset_id] if dataset_id is not None else []) + [vector, k]
     with connection.transaction():
