@@ -23,6 +23,8 @@ from beam_pipeline.database.names import (
     index_name,
     table_name,
 )
+from beam_pipeline.database.pool import open_pool
+from beam_pipeline.database.stored import stored_embedding
 from beam_pipeline.database.tables import (
     MAX_K,
     MIN_EF_SEARCH,
@@ -76,4 +78,6 @@ __all__ = [
     "vector_tables",
     "nearest",
     "resolve",
+    "open_pool",
+    "stored_embedding",
 ]
