@@ -15,12 +15,13 @@ def test_usage_lists_every_subcommand_and_an_unknown_one_is_refused(capsys):
         assert f"  {name} " in out
     assert "--input_csv" in out and "(default: None)" not in out  # The job's flags, as before subcommands.
     assert cli.run(["bogus"]) == 2
-    assert "unknown subcommand 'bogus'; one of preprocess, inspect, predict, search, db" in capsys.readouterr().err
+    assert "unknown subcommand 'bogus'; one of preprocess, inspect, predict, search, db, ui" in capsys.readouterr().err
     assert cli.run([]) == 2
 
 
 @pytest.mark.parametrize("name,flag", [("preprocess", "--input_csv"), ("predict", "--model_dir"),
-                                       ("search", "--key"), ("inspect", "--contact_sheet"), ("db", "--database_dir")])
+                                       ("search", "--key"), ("inspect", "--contact_sheet"), ("db", "--database_dir"),
+                                       ("ui", "--input_dir")])
 def test_each_subcommand_has_its_own_help(capsys, name, flag):
     with pytest.raises(SystemExit) as exit_info:
         cli.run([name, "--help"])
