@@ -22,13 +22,18 @@ class ExportError(ValueError):
 
 def check_image_bytes(data: bytes, max_pixels: int) -> None:
     """Raises RowFailure when `data` is no image the job would decode: empty, no known format, a bomb."""
+    import tensorflow as tf
+
     from tf_serving_input.preprocessing import inspect_image, problem_detail
 
     if not data:
         raise failures.RowFailure(failures.EMPTY_FILE, "0 bytes")
     if formats.sniff(data) is None:  # Host-side first: text or HTML never reaches TensorFlow.
         raise failures.RowFailure(failures.NOT_AN_IMAGE, "no known image format")
-    problem, image_format, height_width = inspect_image(data, max_pixels)
+    try:
+        problem, image_format, height_width = inspect_image(data, max_pixels)
+    except tf.errors.InvalidArgumentError as error:  # A header the shape op cannot read: cut short or damaged.
+        raise failures.describe_decode_failure(data, error) from None
     reason = failures.PROBLEMS[int(problem)]
     if reason is not None:
         detail = problem_detail(problem, image_format, height_width, max_pixels).numpy().decode("utf-8", "replace")
