@@ -35,6 +35,10 @@ MEANING = {
     "search_p99_ms": "search k=10, 99th percentile latency (ms)",
     "search_recall_at_10": "recall@10 of that search against exact neighbours (default ef_search)",
     "predict_memory_ratio": "peak RSS of the predict job, 10 N vs N rows",
+    "ui_search_p50_ms": "web UI search by upload (POST /search, k=10: checks, serving_default, pgvector), median (ms)",
+    "ui_search_p99_ms": "web UI search by upload, 99th percentile latency (ms)",
+    "ui_thumbnail_p50_ms": "web UI thumbnail of a stored image not asked for before (GET /image/KEY), median (ms)",
+    "ui_overview_50_answered": "fraction of 50 concurrent overview requests the web UI answered 200",
 }
 
 
