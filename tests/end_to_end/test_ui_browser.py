@@ -56,7 +56,11 @@ def page(browser, tmp_path):
     page = context.new_page()
     problems = []
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
-    page.on("requestfailed", lambda request: problems.append(f"request failed: {request.url}"))
+    # An image still loading when the page navigates away is aborted by the browser: not a failure.
+    page.on("requestfailed", lambda request: "ERR_ABORTED" in (request.failure or "") or problems.append(
+        f"request failed: {request.url} ({request.failure})"))
+    page.on("response", lambda response: response.status >= 500 and problems.append(
+        f"{response.status} from {response.url}"))
     yield page
     context.close()
     assert not problems, problems
