@@ -67,7 +67,8 @@ def page(browser, tmp_path):
 
 
 def loaded_images(page):
-    """How many <img> on the page have loaded with a real size (not a broken image)."""
+    """How many <img> on the page have loaded with a real size (not a broken image), once all have settled."""
+    page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=30_000)
     return page.evaluate("Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0).length")
 
 
@@ -96,7 +97,6 @@ def test_overview_gallery_and_an_image_page(ui, page, tmp_path):
     assert "cat" in details and "stored size" in details
     assert page.locator("#top_k tr").count() == 1 + 2  # The header and the export's 2 classes.
     assert page.locator(".neighbours .tile").count() == 8
-    page.wait_for_load_state("networkidle")
     assert loaded_images(page) >= 9
     page.screenshot(path=str(tmp_path / "image_page.png"), full_page=True)
     assert (tmp_path / "image_page.png").stat().st_size > 1000
@@ -111,7 +111,6 @@ def test_upload_a_photo_and_see_its_neighbours(ui, page, tmp_path):
     tiles = page.locator(".neighbours .tile")
     assert tiles.count() == 8
     assert float(tiles.first.locator(".muted").inner_text()) < 1e-4  # The photo itself comes first.
-    page.wait_for_load_state("networkidle")
     assert loaded_images(page) == 8
     page.screenshot(path=str(tmp_path / "search.png"), full_page=True)
 
@@ -129,7 +128,6 @@ def test_quality_page_shows_the_leak_and_the_label_conflict(ui, page, tmp_path):
     assert page.locator("#leaks").inner_text() == "Leaks across splits (1)"
     assert page.locator("#conflicts").inner_text() == "Label conflicts (1)"
     assert page.locator("#flagged").inner_text() == "Flagged images (1)"
-    page.wait_for_load_state("networkidle")
     assert loaded_images(page) == 2 + 2 + 4 + 1  # leak, conflict, both groups again, the flagged image
     page.screenshot(path=str(tmp_path / "quality.png"), full_page=True)
     leak = run["quality_keys"]["leak"][0]
