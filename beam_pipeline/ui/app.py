@@ -30,6 +30,9 @@ MAX_K = 100  # Neighbours a page shows (the database serves up to 1,000; a page 
 DEFAULT_K = 8
 MAX_PAGE = 1_000_000
 MAX_KEY_LENGTH = 64
+THUMBNAIL_SIZE = 128
+# The sizes the pages ask for: a few, so the thumbnail cache holds at most a few copies of an image.
+THUMBNAIL_SIZES = (64, 128, 224)
 # Reason code -> HTTP status of a refused upload.
 UPLOAD_STATUS = {failures.TOO_LARGE_FILE: 413, failures.NOT_AN_IMAGE: 415, failures.UNSUPPORTED_FORMAT: 415,
                  failures.EMPTY_FILE: 400}
@@ -126,9 +129,11 @@ def create_app(state: UiState) -> FastAPI:
                     group=group, flags=flags, k=k)
 
     @app.get("/image/{key}")
-    def image(key: str) -> Response:
+    def image(key: str, size: int = Query(THUMBNAIL_SIZE, ge=1, le=max(THUMBNAIL_SIZES))) -> Response:
+        if size not in THUMBNAIL_SIZES:
+            refuse(400, f"size: one of {', '.join(map(str, THUMBNAIL_SIZES))}, not {size}")
         entry_or_404(key)
-        return Response(state.job.index.thumbnail(key), media_type="image/png",
+        return Response(state.job.index.thumbnail(key, size), media_type="image/png",
                         headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/failures", response_class=HTMLResponse)

@@ -78,6 +78,11 @@ def test_thumbnail_is_the_stored_image_as_png(ui_server):
     from PIL import Image
 
     assert Image.open(io.BytesIO(response.content)).size == (ui_run.SIZE, ui_run.SIZE)
+    small = get(url, f"/image/{a_key(url)}?size=64")
+    assert small.status_code == 200  # Never scaled up past the stored 32 px.
+    assert Image.open(io.BytesIO(small.content)).size == (ui_run.SIZE, ui_run.SIZE)
+    for size in ("0", "100", "5000", "x"):
+        assert_readable_error(get(url, f"/image/{a_key(url)}?size={size}"), 400)
 
 
 @pytest.mark.parametrize("path", [
