@@ -40,6 +40,14 @@ TEMPLATES = Jinja2Templates(directory=os.path.join(os.path.dirname(__file__), "t
 TEMPLATES.env.globals["zip"] = zip
 
 
+def flag_text(flags: Any) -> str:
+    """A quality flags cell as text: a list joined ('low_contrast, blurry'), anything else as it is."""
+    return ", ".join(map(str, flags)) if isinstance(flags, (list, tuple)) else str(flags)
+
+
+TEMPLATES.env.filters["flag_text"] = flag_text
+
+
 @dataclasses.dataclass
 class UiState:
     """What the app serves; each part is None when its inputs were not given."""
@@ -161,7 +169,9 @@ def create_app(state: UiState) -> FastAPI:
             refuse(404, "search by upload needs the export: start the UI with --model_dir and the predictions table")
         limit = state.max_file_bytes
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed.
+        if not declared.isdigit():  # A chunked body would be spooled whole before its size is known.
+            refuse(411, "POST /search needs a Content-Length (a browser's form upload sends one)")
+        if int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed (64 KiB for the form's framing).
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
         form = await request.form(max_files=1, max_fields=4)
         upload = form.get("image")

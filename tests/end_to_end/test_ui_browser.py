@@ -128,6 +128,7 @@ def test_quality_page_shows_the_leak_and_the_label_conflict(ui, page, tmp_path):
     assert page.locator("#leaks").inner_text() == "Leaks across splits (1)"
     assert page.locator("#conflicts").inner_text() == "Label conflicts (1)"
     assert page.locator("#flagged").inner_text() == "Flagged images (1)"
+    assert "low_contrast" in page.locator("main").inner_text() and "['" not in page.locator("main").inner_text()
     assert loaded_images(page) == 2 + 2 + 4 + 1  # leak, conflict, both groups again, the flagged image
     page.screenshot(path=str(tmp_path / "quality.png"), full_page=True)
     leak = run["quality_keys"]["leak"][0]

@@ -167,6 +167,13 @@ def test_uploads_over_max_file_bytes_are_refused(ui_server):
     assert message(response).startswith("too_large_file")
     wrong_field = httpx.post(url + "/search", files={"picture": ("a.jpg", b"\xff\xd8\xff")}, timeout=30)
     assert_readable_error(wrong_field, 400)
+    def chunks():
+        yield b"--x\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.jpg\"\r\n\r\n"
+        yield b"\xff\xd8\xff" + b"\0" * 1000  # Small: the refusal is for having no length, not its size.
+
+    chunked = httpx.post(url + "/search", content=chunks(), timeout=30,
+                         headers={"content-type": "multipart/form-data; boundary=x"})
+    assert_readable_error(chunked, 411)
     not_multipart = httpx.post(url + "/search", content=b"image=1", timeout=30,
                                headers={"content-type": "application/x-www-form-urlencoded"})
     assert_readable_error(not_multipart, 400)
@@ -244,6 +251,20 @@ def test_bad_flags_are_one_line_and_exit_2(ui_inputs):
         result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and words in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_an_export_the_table_was_not_made_with_is_refused_at_start_up(ui_inputs, tmp_path):
+    other = scaleout.export_small_model(ui_inputs["job"], tmp_path / "other", size=ui_run.SIZE, seed=9)
+    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--predictions_dir",
+                                              ui_inputs["predictions"], "--model_dir", other, "--database",
+                                              ui_inputs["database"], "--port", scaleout.free_port()),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "holds embeddings of the export" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    missing = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--database", ui_inputs["database"],
+                                               "--table", "nosuch", "--port", scaleout.free_port()),
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 1 and "no table nosuch of embeddings" in missing.stderr, missing.stderr[-2000:]
 
 
 def test_thumbnails_are_decoded_through_the_codecs_of_the_stored_format(ui_inputs):
