@@ -32,7 +32,8 @@ def test_each_subcommand_has_its_own_help(capsys, name, flag):
 
 @pytest.mark.parametrize("module,flag", [("beam_pipeline", "--input_csv"), ("beam_pipeline.predict", "--model_dir"),
                                          ("beam_pipeline.search", "--key"), ("beam_pipeline.inspect", "output_dir"),
-                                         ("beam_pipeline.database", "--database_dir")])
+                                         ("beam_pipeline.database", "--database_dir"),
+                                         ("beam_pipeline.ui", "--input_dir")])
 def test_the_commands_from_before_still_answer(module, flag):
     result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and flag in result.stdout, result.stderr
