@@ -57,7 +57,7 @@ def store(url, vectors):
                 copy.write_row([f"{i:08d}", "", "", "", vector])
         connection.commit()
     started = time.perf_counter()
-    database.create_index(url, TABLE, "float32")
+    database.create_index(url, TABLE)
     return time.perf_counter() - started
 
 
