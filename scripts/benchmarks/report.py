@@ -34,6 +34,10 @@ MEANING = {
     "search_p50_ms": "search k=10 through the HNSW index, median latency (ms)",
     "search_p99_ms": "search k=10, 99th percentile latency (ms)",
     "search_recall_at_10": "recall@10 of that search against exact neighbours (default ef_search)",
+    "filtered_search_p50_ms": "search k=10 filtered to a label on 1% of rows (iterative scan), median latency (ms)",
+    "filtered_search_p99_ms": "that filtered search, 99th percentile latency (ms)",
+    "filtered_search_recall_at_10": "recall@10 of the filtered search against exact search over that label's rows",
+    "index_build_sized_speedup": "HNSW build time at PostgreSQL's default 64 MB / at the memory sized for the graph",
     "predict_memory_ratio": "peak RSS of the predict job, 10 N vs N rows",
 }
 
