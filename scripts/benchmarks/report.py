@@ -38,6 +38,7 @@ MEANING = {
     "filtered_search_p99_ms": "that filtered search, 99th percentile latency (ms)",
     "filtered_search_recall_at_10": "recall@10 of the filtered search against exact search over that label's rows",
     "index_build_sized_speedup": "HNSW build time at PostgreSQL's default 64 MB / at the memory sized for the graph",
+    "index_append_vs_rebuild": "adding a tenth more rows: drop + insert + rebuild / inserting into the index (s / s)",
     "predict_memory_ratio": "peak RSS of the predict job, 10 N vs N rows",
 }
 

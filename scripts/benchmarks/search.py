@@ -11,7 +11,8 @@ and scores them against exact neighbours computed here; ties at the tenth distan
 Also measured: a filtered search (`--label`, a label on 1 row in RARE_EVERY: pgvector's iterative
 scan), scored against exact search over the rows of that label; and the HNSW build of BUILD_VECTORS
 of those vectors at PostgreSQL's default maintenance_work_mem (64 MB: the graph does not fit) against
-the memory `database.build_memory` sizes for it, interleaved.
+the memory `database.build_memory` sizes for it, interleaved; and adding a tenth more rows to an indexed
+table (into the graph as they arrive) against dropping the index, inserting and building it again.
 """
 
 import time
@@ -162,3 +163,49 @@ def measure_build(bench, url, vectors):
     bench.results.ratio("index_build_sized_speedup", text,
                         [default / sized_ for default, sized_ in zip(times["default"], times["sized"])],
                         note=f"maintenance_work_mem 64 MB / sized {sized >> 20} MB")
+    measure_append(bench, url, vectors)
+
+
+def _insert(url, vectors, start):
+    """Inserts `vectors` into BUILD_TABLE with keys from `start`; seconds."""
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    started = time.perf_counter()
+    with psycopg.connect(url) as connection:
+        register_vector(connection)
+        with connection.cursor().copy(f"COPY {BUILD_TABLE} (key, source, path, label, embedding) FROM STDIN "
+                                      "WITH (FORMAT BINARY)") as copy:
+            copy.set_types(["text", "text", "text", "text", "vector"])
+            for i, vector in enumerate(vectors, start=start):
+                copy.write_row([f"{i:08d}", "", "", "common", vector])
+    return time.perf_counter() - started
+
+
+def measure_append(bench, url, vectors):
+    """Adding a tenth more rows to an indexed table: into its index as they arrive, against drop + insert + build."""
+    from beam_pipeline import database
+
+    base, extra = vectors[: len(vectors) * 10 // 11], vectors[len(vectors) * 10 // 11:]
+
+    def incremental(_):
+        store(url, base, table=BUILD_TABLE)
+        return _insert(url, extra, len(base))
+
+    def rebuild(_):
+        store(url, base, table=BUILD_TABLE)
+        database.drop_index(url, BUILD_TABLE)
+        seconds = _insert(url, extra, len(base))
+        started = time.perf_counter()
+        database.create_index(url, BUILD_TABLE)
+        return seconds + time.perf_counter() - started
+
+    def log(repetition, sample):
+        bench.results.say(f"   [{repetition + 1}/{bench.repetitions}] +{len(extra):,} rows into an indexed table of "
+                          f"{len(base):,}: {sample['incremental']:.1f} s into the index, {sample['rebuild']:.1f} s "
+                          "with a rebuild")
+
+    times = in_turn(bench.repetitions, {"incremental": incremental, "rebuild": rebuild}, log)
+    bench.results.ratio("index_append_vs_rebuild", f"+{len(extra):,} rows on {len(base):,}",
+                        [rebuilt / added for added, rebuilt in zip(times["incremental"], times["rebuild"])],
+                        note="seconds of drop + insert + build / seconds of inserting into the index")
