@@ -1,5 +1,6 @@
-"""The database every job shares: PostgreSQL + pgvector tables of predictions (`tables`) and the embedded server
-(`server`). The predict job loads into it; search (and later the UI) query it.
+"""The database every job shares: PostgreSQL + pgvector tables of predictions (`tables`), their HNSW index
+(`index`), nearest-neighbour queries (`neighbours`) and the embedded server (`server`). The predict job loads
+into it; search (and later the UI) query it.
 
 `from beam_pipeline import database` gives the connection, naming and table functions, as before the package existed.
 """
@@ -14,6 +15,16 @@ from beam_pipeline.database.connection import (
     describe_unparsed,
     resolve,
 )
+from beam_pipeline.database.index import (
+    DEFAULT_EF_CONSTRUCTION,
+    DEFAULT_M,
+    IndexSettings,
+    build_memory,
+    create_index,
+    drop_index,
+    index_definition,
+    parse_memory,
+)
 from beam_pipeline.database.names import (
     DATASETS_TABLE,
     INDEX_SUFFIX,
@@ -23,19 +34,23 @@ from beam_pipeline.database.names import (
     index_name,
     table_name,
 )
+from beam_pipeline.database.neighbours import (
+    DEFAULT_EF_SEARCH,
+    MAX_EF_SEARCH,
+    MAX_K,
+    MIN_EF_SEARCH,
+    check_query,
+    ef_search_for,
+    nearest,
+)
 from beam_pipeline.database.pool import open_pool
 from beam_pipeline.database.stored import stored_embedding
 from beam_pipeline.database.tables import (
-    MAX_K,
-    MIN_EF_SEARCH,
     TableRefused,
     check_table_accepts,
     count_rows,
-    create_index,
     datasets_in,
     embedding_type,
-    index_definition,
-    nearest,
     prepare_table,
     table_columns,
     table_export,
@@ -52,7 +67,17 @@ __all__ = [
     "MAX_NAME_BYTES",
     "INDEX_SUFFIX",
     "MAX_K",
+    "MAX_EF_SEARCH",
     "MIN_EF_SEARCH",
+    "DEFAULT_EF_SEARCH",
+    "DEFAULT_M",
+    "DEFAULT_EF_CONSTRUCTION",
+    "IndexSettings",
+    "build_memory",
+    "parse_memory",
+    "drop_index",
+    "check_query",
+    "ef_search_for",
     "DatabaseError",
     "TableRefused",
     "TableNameError",

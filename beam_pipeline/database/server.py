@@ -29,6 +29,12 @@ folder. Here:
 - **The right process.** `postmaster.pid` can outlive its server and name a
   process that is not a PostgreSQL of this folder; it is checked through
   `/proc/PID/cmdline` before anything is signalled, and a stale file is removed.
+- **Settings for bulk loads** (`server_settings`): PostgreSQL's defaults are
+  sized for a small shared machine. `shared_buffers` gets a quarter of the
+  memory (at most 4 GB) so the HNSW index stays cached while it is searched, and
+  `max_wal_size` 4 GB so that a load of gigabytes does not checkpoint every
+  gigabyte, each checkpoint making the next writes log whole pages again. The
+  index build's own memory is set per build (`index.py`).
 """
 
 import argparse
@@ -50,6 +56,14 @@ SOCKET_NAME = ".s.PGSQL.5432"
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL.
 STATE_FILE = "beam_image_pipeline.json"  # In the data folder: {"keep_running": bool}
 _NAMESPACE_UID = 1000  # Who the server is inside its user namespace when run as root (any id but 0).
+
+
+def server_settings(total_memory=None):
+    """The settings the embedded server starts with: {name: value} (see the module's docstring for why)."""
+    if total_memory is None:
+        total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    shared_buffers = max(128 << 20, min(4 << 30, total_memory // 4))
+    return {"shared_buffers": f"{shared_buffers >> 20}MB", "max_wal_size": "4GB"}
 
 
 def default_database_dir():
@@ -200,8 +214,9 @@ class EmbeddedServer:
                   "-D", self.data_dir)
 
     def _pg_ctl_start(self):
+        settings = [word for name, value in server_settings().items() for word in ("-c", f"{name}={value}")]
         options = " ".join(["-c", "listen_addresses=", "-k", shlex.quote(self.socket_dir),
-                            "-c", "unix_socket_permissions=0700"])
+                            "-c", "unix_socket_permissions=0700", *settings])
         self._run("pg_ctl", "-w", "-t", "60", "-o", options, "-l", os.path.join(self.data_dir, "log"),
                   "-D", self.data_dir, "start")
 

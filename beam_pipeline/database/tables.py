@@ -1,4 +1,4 @@
-"""The predictions table: DDL from the Parquet schema, what a table holds, loading, the HNSW index, searching.
+"""The predictions table: DDL from the Parquet schema, what a table holds, loading (the index: `index.py`).
 
 `--database embedded` is a real PostgreSQL server (with pgvector) in a data
 folder, on a private Unix socket (`server.py`); any `postgresql://`
@@ -23,22 +23,15 @@ table and the index runs under an advisory lock, so concurrent loads wait for
 each other instead of colliding.
 """
 
-from beam_pipeline.common.embeddings import EMBEDDING_TYPES, of_bit_width, of_column_type
+from beam_pipeline.common.embeddings import EMBEDDING_TYPES, of_bit_width
 from beam_pipeline.common.embeddings import embedding_type as embedding_type_named
 from beam_pipeline.common.redact import redact
 from beam_pipeline.database.connection import DatabaseError, connect, describe
 from beam_pipeline.database.names import (
     DATASETS_TABLE,
     MAX_NAME_BYTES,
-    index_name,
 )
 
-# hnsw.ef_search is at most 1000: k beyond it cannot be served by the index.
-MAX_K = 1000
-# The candidate list HNSW keeps while searching. pgvector's default (40) gave recall@10 of 0.90 on
-# 8,000 256-d embeddings of similar images (shared/DESIGN.md); on 8,000 synthetic 256-d vectors in a
-# narrow cone it gave 0.985, and 100 gave 0.998 (tests/test_database.py checks >= 0.95 on 6,000).
-MIN_EF_SEARCH = 100
 # An id for the advisory lock that serializes DDL on one table (with the table's name hashed beside it).
 _LOCK_NAMESPACE = 0x6269_7000
 
@@ -47,7 +40,7 @@ class TableRefused(DatabaseError):
     """The table cannot take these predictions (another dataset, another export, another type)."""
 
 
-def _lock_table(connection, table):
+def lock_table(connection, table):
     """Holds, until the transaction ends, the advisory lock that serializes DDL and bookkeeping on `table`."""
     connection.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_NAMESPACE, table))
 
@@ -117,7 +110,7 @@ def prepare_table(url, table, embedding_size, embedding_dtype, dataset, append=F
                 "PRIMARY KEY (table_name, dataset))").format(sql.Identifier(DATASETS_TABLE)))
         register_vector(connection)
         with connection.transaction():
-            _lock_table(connection, table)
+            lock_table(connection, table)
             if not _check_table(connection, url, table, wanted, dataset, append):
                 columns = [sql.SQL("{} {} NOT NULL").format(sql.Identifier(name), sql.SQL(kind))
                            for name, kind in table_columns(embedding_size, embedding_dtype)]
@@ -239,37 +232,15 @@ def upsert_table(connection, table, dataset_id, arrow_table):
             to_database = kind.to_database
             for row in keep:
                 copy.write_row([dataset_id, *(column[row] for column in text_and_lists), to_database(matrix[row])])
-        # In key order: two loads of the same rows at once then take their row locks in one order.
+        # In key order: two loads of the same rows at once then take their row locks in one order. A row that
+        # is already stored as it is now is left alone: a rerun writes nothing, and adds nothing to the index.
+        changed = sql.SQL("({}) IS DISTINCT FROM ({})").format(
+            sql.SQL(", ").join(sql.SQL("{}.{}").format(target, sql.Identifier(name)) for name, _ in columns[2:]),
+            sql.SQL(", ").join(sql.SQL("EXCLUDED.{}").format(sql.Identifier(name)) for name, _ in columns[2:]))
         connection.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ORDER BY key "
-                                   "ON CONFLICT (dataset, key) DO UPDATE SET {}").format(
-            target, names, names, stage, updates))
+                                   "ON CONFLICT (dataset, key) DO UPDATE SET {} WHERE {}").format(
+            target, names, names, stage, updates, changed))
     return len(keep), left_out
-
-
-def create_index(url, table, embedding_dtype):
-    """Builds the HNSW cosine index on the embeddings if it does not exist; returns its definition (pg_indexes)."""
-    from psycopg import sql
-
-    operators = embedding_type_named(embedding_dtype).operator_class
-    name = index_name(table)
-    with connect(url) as connection:
-        with connection.transaction():
-            _lock_table(connection, table)
-            connection.execute("SET LOCAL maintenance_work_mem = '512MB'")
-            connection.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (embedding {})").format(
-                sql.Identifier(name), sql.Identifier(table), sql.SQL(operators)))
-            connection.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
-        definition = index_definition(connection, table)
-    if definition is None or "USING hnsw" not in definition:
-        raise DatabaseError(f"no HNSW index on table {table} in {describe(url)} after creating {name}")
-    return definition
-
-
-def index_definition(connection, table):
-    """The definition of `table`'s HNSW index as pg_indexes gives it, or None when there is none."""
-    found = connection.execute("SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-                               "AND tablename = %s AND indexname = %s", (table, index_name(table))).fetchone()
-    return found[0] if found else None
 
 
 def count_rows(url, table, dataset_id=None):
@@ -292,36 +263,3 @@ def vector_tables(url):
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE a.attname = 'embedding' AND c.relkind = 'r' AND n.nspname = current_schema() "
             "AND format_type(a.atttypid, a.atttypmod) ~ %s ORDER BY 1", (pattern,))]
-
-
-# ---------------------------------------------------------------------- searching
-def nearest(connection, table, vector, k, exact=False, dataset_id=None, explain=False):
-    """The k rows nearest `vector` by cosine distance: [(key, source, path, label, distance)].
-
-    Uses the HNSW index (ef_search at least MIN_EF_SEARCH and 2k, at most MAX_K) unless `exact`;
-    only rows of one dataset when `dataset_id` is given. `explain`: the plan PostgreSQL chooses for
-    this very query, as text, instead of its rows.
-    """
-    from psycopg import sql
-
-    if not 1 <= k <= MAX_K:
-        raise ValueError(f"k must be between 1 and {MAX_K}, not {k}")
-    kind = embedding_type(connection, table)
-    if kind is None:
-        raise DatabaseError(f"no table {table} with embeddings here")
-    cast = sql.SQL(of_column_type(kind).pgvector)
-    where = sql.SQL("WHERE dataset = %s ") if dataset_id is not None else sql.SQL("")
-    parameters = [vector] + ([dataset_id] if dataset_id is not None else []) + [vector, k]
-    with connection.transaction():
-        connection.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-            sql.Literal(min(MAX_K, max(MIN_EF_SEARCH, 2 * k)))))
-        if dataset_id is not None:
-            connection.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        if exact:
-            connection.execute("SET LOCAL enable_indexscan = off")
-        rows = connection.execute(sql.SQL(
-            "{}SELECT key, source, path, label, embedding <=> %s::{} AS distance FROM {} {}"
-            "ORDER BY embedding <=> %s::{} LIMIT %s").format(sql.SQL("EXPLAIN " if explain else ""), cast,
-                                                            sql.Identifier(table), where, cast),
-            parameters).fetchall()
-    return "\n".join(row[0] for row in rows) if explain else rows

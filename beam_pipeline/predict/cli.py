@@ -14,6 +14,7 @@ Flags are parsed before Beam or TensorFlow is imported: `--help` answers at once
 import dataclasses
 import os
 import sys
+from typing import Any
 
 from beam_pipeline.common import flags
 from beam_pipeline.common import rows as csv_source
@@ -39,6 +40,7 @@ class PredictConfig:
     table: str = None
     load_only: bool = False
     append: bool = False
+    index: Any = None  # database.IndexSettings: how the HNSW index is built (not part of the run's identity).
     overwrite: bool = False
     progress: bool = True
     max_error_rate: float = 0.01
@@ -96,6 +98,22 @@ def build_parser(prog=PROG):
                              "never mixes embeddings of two exports.")
     parser.add_argument("--load_only", action="store_true",
                         help="Load the Parquet output of an earlier run into --database; predict nothing.")
+    index = parser.add_argument_group(
+        "the HNSW index", "Built after the first load into a table; later loads add their rows to it as they are "
+                          "inserted, unless --rebuild_index.")
+    index.add_argument("--hnsw_m", type=int, default=16,
+                       help="Graph degree (pgvector's m, 2-100): higher gives better recall, a larger index and a "
+                            "slower build.")
+    index.add_argument("--hnsw_ef_construction", type=int, default=64,
+                       help="Candidate list while building (pgvector's ef_construction, 2*m to 1000): higher gives "
+                            "better recall and a slower build.")
+    index.add_argument("--index_build_memory", default="auto",
+                       help="maintenance_work_mem of the build, such as 4GB: 'auto' sizes it so the whole graph "
+                            "fits (about (4 bytes x dimensions + 32 x m + 256) per row, +10%%), within half of "
+                            "this machine's free memory. A graph that does not fit builds many times slower.")
+    index.add_argument("--rebuild_index", action="store_true",
+                       help="Drop the table's index before loading and build it again afterwards (faster than "
+                            "adding many rows to an existing graph, and applies new --hnsw_* settings).")
     flags.add_csv_flags(parser, scope="With --input_csv: ")
     flags.add_run_flags(parser)
     return parser
@@ -121,6 +139,16 @@ def parse_args(argv, prog=PROG):
             database.check_table_name(args.table)
         except database.TableNameError as error:
             problem = f"--table: {error}"
+    index = None
+    if problem is None:
+        try:
+            index = database.IndexSettings(m=args.hnsw_m, ef_construction=args.hnsw_ef_construction,
+                                           build_memory=database.parse_memory(args.index_build_memory),
+                                           rebuild=args.rebuild_index)
+        except ValueError as error:
+            problem = f"--index_build_memory: {error}"
+        else:
+            problem = index.problem()
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -131,7 +159,7 @@ def parse_args(argv, prog=PROG):
         input_dir=args.input_dir and local(args.input_dir), input_csv=args.input_csv and local(args.input_csv),
         batch_size=args.batch_size, top_k=args.top_k, embedding_dtype=args.embedding_dtype,
         large_model=args.large_model, database=args.database, database_dir=args.database_dir,
-        table=args.table, load_only=args.load_only, append=args.append, overwrite=args.overwrite,
+        table=args.table, load_only=args.load_only, append=args.append, index=index, overwrite=args.overwrite,
         progress=args.progress,
         max_error_rate=args.max_error_rate, num_shards=args.num_shards, max_file_bytes=args.max_file_bytes,
         columns=flags.csv_columns(args))

@@ -1,9 +1,11 @@
 """What the predict command does around its pipelines: check the inputs, run, report, load the database."""
 
+import dataclasses
 import hashlib
 import json
 import os
 import sys
+import time
 
 from beam_pipeline.common import flags
 from beam_pipeline.common import rows as csv_source
@@ -298,6 +300,10 @@ class PredictLauncher(Launcher):
             target = database.describe(url)
             database.prepare_table(url, config.table, model["embedding_size"], model["embedding_dtype"], dataset,
                                    append=config.append)
+            index_settings = config.index or database.IndexSettings()
+            if index_settings.rebuild and database.drop_index(url, config.table):
+                print(f"dropped the index of table {config.table}: built again after the load (--rebuild_index)",
+                      flush=True)
             seconds = self.run_pipeline(
                 step, run_log, f"loading the predictions into {target}",
                 lambda pipeline: build_load_pipeline(pipeline, config.output_dir, tasks, url, config.table,
@@ -306,7 +312,11 @@ class PredictLauncher(Launcher):
             results = [read_json(self.layout.load_result_file(config.table, task.name)) or
                        {"name": task.name, "loaded": 0, "failed": [], "problem": "the load left no result"}
                        for task in tasks]
-            index = database.create_index(url, config.table, model["embedding_dtype"])
+            step.now(f"building the HNSW index of table {config.table} in {target}")
+            index_started = time.monotonic()
+            index = database.create_index(url, config.table, dataclasses.replace(index_settings, rebuild=False),
+                                          progress=_print if config.progress else None)
+            index_seconds = time.monotonic() - index_started
             in_table = database.count_rows(url, config.table)
             of_dataset = database.count_rows(url, config.table, dataset["id"])
         finally:
@@ -319,10 +329,12 @@ class PredictLauncher(Launcher):
         manifest["database"] = {
             "target": target, "table": config.table, "dataset": dataset["id"], "loaded_rows": loaded,
             "left_out_rows": len(left_out), "shards_not_loaded": len(problems), "rows_of_dataset": of_dataset,
-            "rows_in_table": in_table, "index": index, "load_seconds": round(seconds, 3)}
+            "rows_in_table": in_table, "index": index, "load_seconds": round(seconds, 3),
+            "index_seconds": round(index_seconds, 3)}
         report.write_manifest(self.layout, manifest)
         print(f"Loaded {loaded} rows into table {config.table} at {target} in {seconds:.1f} s "
-              f"(dataset {dataset['id']}: {of_dataset} rows; {in_table} rows in the table); index: {index}",
+              f"(dataset {dataset['id']}: {of_dataset} rows; {in_table} rows in the table); index ready in "
+              f"{index_seconds:.1f} s: {index}",
               flush=True)
         if left_out:
             print(f"warning: {len(left_out)} row(s) were left out of the table (text it cannot store), listed in "
@@ -335,3 +347,6 @@ class PredictLauncher(Launcher):
             return 1
         return 0
 
+
+def _print(line):
+    print(line, flush=True)

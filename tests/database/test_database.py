@@ -52,7 +52,7 @@ def test_a_63_byte_table_gets_its_hnsw_index(pg):
     with database.connect(pg) as connection:
         assert database.upsert_table(connection, table, DATASET["id"], predictions(50)) == (50, {})
         connection.commit()
-    definition = database.create_index(pg, table, "float32")
+    definition = database.create_index(pg, table)
     assert "USING hnsw" in definition and database.index_name(table) in definition
 
 
@@ -87,7 +87,7 @@ def test_concurrent_first_loads_into_a_new_table_all_succeed(pg):
             with database.connect(pg) as connection:
                 database.upsert_table(connection, "raced", dataset["id"], predictions(20))
                 connection.commit()
-            database.create_index(pg, "raced", "float32")
+            database.create_index(pg, "raced")
         except Exception as error:  # noqa: BLE001 - collected for the assertion.
             errors.append(error)
 
@@ -142,7 +142,7 @@ def test_the_hnsw_index_exists_is_used_and_finds_the_true_neighbours(pg):
     with database.connect(pg) as connection:
         database.upsert_table(connection, "recall", DATASET["id"], table)
         connection.commit()
-    definition = database.create_index(pg, "recall", "float32")
+    definition = database.create_index(pg, "recall")
     rng = np.random.default_rng(5)
     queries = vectors[rng.integers(0, count, 60)] + rng.normal(0, 0.1, (60, dim)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)

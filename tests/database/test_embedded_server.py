@@ -151,3 +151,18 @@ def test_start_keeps_it_running_until_stop(tmp_path, servers):
     run.release()
     assert kept.running()
     assert kept.stop() is True and not kept.running()
+
+
+def test_the_server_starts_with_the_bulk_load_settings(tmp_path, servers):
+    from beam_pipeline.database.server import server_settings
+
+    assert server_settings(total_memory=24 << 30) == {"shared_buffers": "4096MB", "max_wal_size": "4GB"}
+    assert server_settings(total_memory=256 << 20)["shared_buffers"] == "128MB"
+    server = EmbeddedServer(str(tmp_path / "pg"))
+    servers.append(server)
+    url = server.start()
+    with database.connect(url) as connection:
+        running = {name: connection.execute(f"SHOW {name}").fetchone()[0] for name in server_settings()}
+    server.release()
+    wanted = {name: value.replace("4096MB", "4GB") for name, value in server_settings().items()}
+    assert running == wanted

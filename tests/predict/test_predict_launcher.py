@@ -38,3 +38,27 @@ def test_a_missing_export_is_refused_in_one_line_before_any_work(tmp_path, capsy
     assert line.startswith("error: ") and str(tmp_path / "no_export") in line
     assert not (tmp_path / "pred").exists()
 
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--hnsw_m", "1"], "--hnsw_m must be from 2 to 100"),
+    (["--hnsw_m", "40"], "must be at least twice --hnsw_m (40)"),
+    (["--hnsw_ef_construction", "2000"], "--hnsw_ef_construction must be from 4 to 1000"),
+    (["--index_build_memory", "lots"], "--index_build_memory: 'lots' is not a size"),
+    (["--index_build_memory", "512kB"], "--index_build_memory must be at least 1MB"),
+])
+def test_bad_index_settings_are_refused_before_any_work(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse_args(["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "p"), "--load_only", *flags])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_index_settings_reach_the_config(tmp_path):
+    config, _ = cli.parse_args(["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "p"), "--load_only",
+                                "--hnsw_m", "24", "--hnsw_ef_construction", "96", "--index_build_memory", "2GB",
+                                "--rebuild_index"])
+    assert (config.index.m, config.index.ef_construction, config.index.build_memory, config.index.rebuild) == (
+        24, 96, 2 << 30, True)
+    config, _ = cli.parse_args(["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "p"), "--load_only"])
+    assert (config.index.m, config.index.ef_construction, config.index.build_memory, config.index.rebuild) == (
+        16, 64, None, False)
