@@ -64,6 +64,12 @@ class UiState:
         return self.search is not None and self.search.embedder is not None
 
 
+def text_field(form: Any, name: str) -> str | None:
+    """A form's text field, or None when absent or a file was sent under its name."""
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
 def create_app(state: UiState) -> FastAPI:
     """The FastAPI app over `state` (no docs pages: they would load their assets from a CDN)."""
     app = FastAPI(title="beam-image-pipeline", docs_url=None, redoc_url=None, openapi_url=None)
@@ -151,17 +157,19 @@ def create_app(state: UiState) -> FastAPI:
 
     @app.get("/search", response_class=HTMLResponse)
     def search_form(request: Request, key: str | None = Query(None, max_length=MAX_KEY_LENGTH),
-                    k: int = Query(DEFAULT_K, ge=1, le=MAX_K)) -> HTMLResponse:
+                    k: int = Query(DEFAULT_K, ge=1, le=MAX_K), split: str | None = Query(None, max_length=200),
+                    label: str | None = Query(None, max_length=200)) -> HTMLResponse:
         if state.search is None:
             refuse(404, "search needs the predictions table: start the UI with --predictions_dir and --database")
+        split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")
         neighbours = None
         if key:
             entry_or_404(key)
             try:
-                neighbours = state.search.by_key(key, k)
+                neighbours = state.search.by_key(key, k, split, label)
             except LookupError as error:
                 refuse(404, str(error))
-        return page(request, "search.html", neighbours=neighbours, query_key=key, k=k)
+        return page(request, "search.html", neighbours=neighbours, query_key=key, k=k, split=split, label=label)
 
     @app.post("/search", response_class=HTMLResponse)
     async def search_upload(request: Request, k: int = Query(DEFAULT_K, ge=1, le=MAX_K)) -> HTMLResponse:
@@ -173,19 +181,22 @@ def create_app(state: UiState) -> FastAPI:
             refuse(411, "POST /search needs a Content-Length (a browser's form upload sends one)")
         if int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed (64 KiB for the form's framing).
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
-        form = await request.form(max_files=1, max_fields=4)
+        form = await request.form(max_files=1, max_fields=8)
         upload = form.get("image")
         if upload is None or isinstance(upload, str):
             refuse(400, "POST /search takes a multipart/form-data body with a file field named 'image'")
         data = await upload.read(limit + 1)
+        # The form's filters: text fields, checked against the run's own splits and labels like the gallery's.
+        split, label = (known(text_field(form, name), allowed, name)
+                        for name, allowed in (("split", state.job.splits), ("label", state.job.labels)))
         await form.close()
         if len(data) > limit:
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
         try:
-            neighbours = await run_in_threadpool(state.search.by_image, data, k)
+            neighbours = await run_in_threadpool(state.search.by_image, data, k, split, label)
         except failures.RowFailure as failure:
             refuse(UPLOAD_STATUS.get(failure.reason, 422), f"{failure.reason}: {failure.detail}")
-        return page(request, "search.html", neighbours=neighbours, query_key=None, k=k,
+        return page(request, "search.html", neighbours=neighbours, query_key=None, k=k, split=split, label=label,
                     query_name=(upload.filename or "upload")[:200])
 
     @app.get("/quality", response_class=HTMLResponse)

@@ -34,19 +34,22 @@ class NeighbourSearch:
         self.embedder = embedder
         self.max_pixels = max_pixels
 
-    def by_image(self, data: bytes, k: int) -> list[Neighbour]:
-        """The k nearest an image's bytes; RowFailure (the job's reason codes) when they are no usable image."""
+    def by_image(self, data: bytes, k: int, split: str | None = None, label: str | None = None) -> list[Neighbour]:
+        """The k nearest an image's bytes (of one split and/or label when given); RowFailure (the job's reason
+        codes) when they are no usable image."""
         assert self.embedder is not None, "uploads are searched only with --model_dir"
         check_image_bytes(data, self.max_pixels)
-        return self._nearest(self.embedder.embed(data), k)
+        return self._nearest(self.embedder.embed(data), k, split, label)
 
-    def by_key(self, key: str, k: int) -> list[Neighbour]:
+    def by_key(self, key: str, k: int, split: str | None = None, label: str | None = None) -> list[Neighbour]:
         """The k nearest a stored image, itself left out; LookupError when the table has no such key."""
         with self.pool.connection() as connection:
             vector, _ = database.stored_embedding(connection, self.table, key, self.dataset_id)
-        return [n for n in self._nearest(vector, min(k + 1, database.MAX_K)) if n.key != key][:k]
+        return [n for n in self._nearest(vector, min(k + 1, database.MAX_K), split, label) if n.key != key][:k]
 
-    def _nearest(self, vector: Any, k: int) -> list[Neighbour]:
+    def _nearest(self, vector: Any, k: int, split: str | None, label: str | None) -> list[Neighbour]:
         with self.pool.connection() as connection:
-            rows = database.nearest(connection, self.table, vector, k, dataset_id=self.dataset_id)
+            # Filters are query parameters in database.nearest (issue 21), and still return k rows when k exist.
+            rows = database.nearest(connection, self.table, vector, k, dataset_id=self.dataset_id, split=split,
+                                    label=label)
         return [Neighbour(key, source, label, float(distance)) for key, source, _, label, distance in rows]

@@ -188,6 +188,27 @@ def test_an_uploaded_photo_finds_itself_first(ui_server, ui_inputs):
     assert len(distances) == 5 and distances[0] < 1e-4 and distances == sorted(distances)
 
 
+def test_search_filters_keep_to_one_split_and_label(ui_server, ui_inputs):
+    url, _ = ui_server
+    with open(ui_inputs["photos"][5], "rb") as f:
+        photo = f.read()
+
+    def captions(response):
+        assert response.status_code == 200, message(response)
+        return re.findall(r'<div class="tile"><a href="/item/[0-9a-f]+"><img[^>]*></a>\s*<div>([^<]*)</div>',
+                          response.text)
+
+    by_label = httpx.post(url + "/search", params={"k": 3}, files={"image": ("q.jpg", photo)},
+                          data={"label": "rocket"}, timeout=60)
+    assert captions(by_label) == ["rocket"] * 3  # Filtered, and still k rows.
+    key = a_key(url)
+    by_key = get(url, f"/search?key={key}&k=2&split=validation&label=cat")
+    assert captions(by_key) and set(captions(by_key)) == {"cat"}
+    assert_readable_error(httpx.post(url + "/search", files={"image": ("q.jpg", photo)}, data={"split": "nosuch"},
+                                     timeout=60), 400)
+    assert_readable_error(get(url, f"/search?key={key}&label=%27%3B%20DROP%20TABLE%20x"), 400)
+
+
 def test_50_concurrent_requests_are_all_answered_and_it_keeps_answering(ui_server):
     url, log = ui_server
     key = a_key(url)
