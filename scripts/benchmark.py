@@ -19,7 +19,9 @@ a light one (~500x375, ~45 KiB). Measures, in this order (one module of scripts/
  5. stages.py: images/s per core of each stage (read, decode, resize, encode, write, statistics);
  6. predict.py: the predict job against model.predict (both marginal), the database load against a
     bare COPY, the predict job's memory;
- 7. search.py: search latency p50/p99 and recall@10 over 100,000 clustered vectors.
+ 7. search.py: search latency p50/p99 and recall@10 over 100,000 clustered vectors;
+ 8. ui.py: the web UI through HTTP: search-by-upload latency p50/p99, thumbnail p50, 50 concurrent
+    overview requests all answered.
 It prints the ratio table, writes docs/benchmarks.md, docs/benchmark_throughput.png and the table
 between README.md's benchmark-table markers (harness.py: timing and repetitions; report.py).
 """

@@ -2,7 +2,7 @@
 # Sets up .venv if needed, runs the Beam job on the bundled sample dataset into output/sample and
 # shows what it wrote (summary + contact sheet), trains and exports a classifier, then runs the
 # predict job over every image into an embedded PostgreSQL + pgvector (data in output/postgres) and
-# searches it once (contact sheet in output/sample/search.png).
+# searches it once (contact sheet in output/sample/search.png); ends with the command that opens the web UI.
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" ""
 CSV=sample_data/sample.csv
@@ -25,3 +25,6 @@ echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
     --database embedded --database_dir output/postgres --table sample \
     --image sample_data/images/cat/cat_000.jpg -k 8 --contact_sheet "$OUT/search.png"
 echo "Query the database yourself: .venv/bin/beam-image-pipeline db psql --database_dir output/postgres"
+echo "Browse the run in the web UI (on http://127.0.0.1:8080/, loopback only; Ctrl-C stops it):"
+echo "  .venv/bin/beam-image-pipeline ui --input_dir $OUT --predictions_dir output/sample_predictions \\"
+echo "      --model_dir $OUT/serving_model --database embedded --database_dir output/postgres --table sample --open"

@@ -7,6 +7,7 @@
 #    tests/scale_out/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
 # 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven):
 #    embedded Flink, then a standing Flink session cluster (scripts/flink_cluster.sh).
+# The OS's chromium is installed before step 1 when missing (scripts/ensure_chromium.sh: the UI's browser test).
 # Both steps always run; the script fails if either fails. SKIP_FLINK=1 runs step 1 only.
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" "[test]"
@@ -19,6 +20,9 @@ started=$SECONDS
 contracts="$(.venv/bin/lint-imports --no-cache 2>&1)" || { echo "$contracts"; exit 1; }
 grep -E "KEPT|BROKEN|^Contracts:" <<< "$contracts"
 echo "(fast lane passed in $((SECONDS - started)) s)"
+
+# The UI's browser test drives the OS's Chromium: installed here when missing (CI: Debian, root).
+bash scripts/ensure_chromium.sh
 
 echo "== Unit tests (pytest tests) =="
 unit=0

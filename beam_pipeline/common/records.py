@@ -79,7 +79,16 @@ def read_records(stream: Readable, verify: bool = True) -> Iterator[bytes]:
     With `verify` (the default) the length's and the data's masked CRC32C are checked, so a
     changed byte anywhere is caught; DamagedRecords says where (and whether the file ends early).
     """
-    offset = 0
+    for _, record in read_records_at(stream, verify=verify):
+        yield record
+
+
+def read_records_at(stream: Readable, verify: bool = True, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """Yields (byte offset of its header, record) for each record of a TFRecord file object, as `read_records`.
+
+    `offset` is where the stream stands (a caller that seeked to a record's header passes its offset),
+    so the offsets yielded can be handed back to `seek` to read one record again without a scan.
+    """
     while True:
         header = stream.read(12)
         if not header:
@@ -94,8 +103,8 @@ def read_records(stream: Readable, verify: bool = True) -> Iterator[bytes]:
             raise DamagedRecords(f"truncated: the file ends inside the record at byte {offset}", True)
         if verify and struct.unpack_from("<I", record, length)[0] != _masked_crc(record[:length]):
             raise DamagedRecords(f"corrupt: the record at byte {offset} fails its CRC", False)
+        yield offset, record[:length]
         offset += 12 + length + 4
-        yield record[:length]
 
 
 def iter_records(data: bytes) -> Iterator[bytes]:

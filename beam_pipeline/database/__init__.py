@@ -43,6 +43,8 @@ from beam_pipeline.database.neighbours import (
     ef_search_for,
     nearest,
 )
+from beam_pipeline.database.pool import open_pool
+from beam_pipeline.database.stored import stored_embedding
 from beam_pipeline.database.tables import (
     TableRefused,
     check_table_accepts,
@@ -101,4 +103,6 @@ __all__ = [
     "vector_tables",
     "nearest",
     "resolve",
+    "open_pool",
+    "stored_embedding",
 ]

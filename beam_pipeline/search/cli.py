@@ -75,42 +75,19 @@ def read_query_image(path, max_file_bytes=None):
 
 
 def embed_image(model_dir, data, source="the query"):
-    """The unit-length embedding the export gives one image's bytes (as the predict job stores it)."""
-    import tensorflow as tf
+    """The unit-length embedding the export gives one image's bytes (as the predict job stores it).
 
-    from beam_pipeline.common.embeddings import l2_normalize
+    One implementation with the UI's: `common.query_embedding`; here its refusals become one-line SearchErrors.
+    """
+    from beam_pipeline.common.query_embedding import ExportError, QueryEmbedder
     from tf_serving_input import failures
 
     try:
-        serve = tf.saved_model.load(model_dir).signatures["serving_default"]
-    except (OSError, KeyError, ValueError, tf.errors.OpError) as error:
-        raise SearchError(f"--model_dir {model_dir} is not a serving export with a serving_default signature "
-                          f"({type(error).__name__})") from None
-    try:
-        outputs = serve(image_bytes=tf.constant([data]))
-    except tf.errors.InvalidArgumentError as error:
-        failure = failures.from_serving_error(data, error)
+        return QueryEmbedder(model_dir).embed(data)
+    except ExportError as error:
+        raise SearchError(f"--model_dir {error}") from None
+    except failures.RowFailure as failure:
         raise SearchError(f"--image {source}: {failure.reason}: {failure.detail}") from None
-    if "embedding" not in outputs:
-        raise SearchError(f"--model_dir {model_dir} has no embedding output (exported with embedding_layer=False)")
-    return l2_normalize(outputs["embedding"].numpy())[0]
-
-
-def stored_embedding(connection, table, key, dataset_id=None):
-    """(embedding, path) of a stored row; LookupError when the key is not there or names rows of two datasets."""
-    from psycopg import sql
-
-    where = sql.SQL(" AND dataset = %s") if dataset_id else sql.SQL("")
-    rows = connection.execute(sql.SQL("SELECT embedding, path, dataset FROM {} WHERE key = %s{} LIMIT 3").format(
-        sql.Identifier(table), where), (key, dataset_id) if dataset_id else (key,)).fetchall()
-    if not rows:
-        raise LookupError(f"no row with key {key!r} in table {table}"
-                          f"{f' for dataset {dataset_id}' if dataset_id else ''}")
-    if len(rows) > 1:
-        raise LookupError(f"key {key!r} is in {len(rows)} datasets of table {table} "
-                          f"({', '.join(row[2] for row in rows)}): choose one with --dataset")
-    embedding = rows[0][0]
-    return (embedding.to_numpy() if hasattr(embedding, "to_numpy") else embedding), rows[0][1]
 
 
 def thumbnail(path, size=128):
@@ -203,7 +180,7 @@ def _search(args, url, query):
             raise database.DatabaseError(f"no table {table} of embeddings in {database.describe(url)} (tables of "
                                          f"embeddings there: {', '.join(tables) or 'none'})")
         if args.key:
-            vector, query_path = stored_embedding(connection, table, args.key, args.dataset)
+            vector, query_path = database.stored_embedding(connection, table, args.key, args.dataset)
         else:
             vector, query_path = embed_image(args.model_dir, query, args.image), args.image
             size = int(kind.split("(")[1].rstrip(")"))

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from benchmarks import data, end_to_end, job, predict, reader, report, search, shrink, stages, storage
+from benchmarks import data, end_to_end, job, predict, reader, report, search, shrink, stages, storage, ui
 from benchmarks.harness import REPO, MachineShare, Results, tree_cpu_seconds
 
 
@@ -85,6 +85,9 @@ def main(argv=None, description=None):
     try:
         embedding = predict.measure(bench, jobs["heavy"], server)
         search.measure(bench, server.url(), embedding)
+        # The UI over the heavy set's job and the predictions of it the predict section left (table bench_small).
+        ui.measure(bench, server.url(), jobs["heavy"].out, os.path.join(bench.work, "predict_small"),
+                   os.path.join(bench.work, "export"), "bench_small", heavy.paths)
     finally:
         share.add_own(tree_cpu_seconds(server.pid()) if server.pid() else 0.0)
         server.release()

@@ -40,6 +40,10 @@ MEANING = {
     "index_build_sized_speedup": "HNSW build time at PostgreSQL's default 64 MB / at the memory sized for the graph",
     "index_append_vs_rebuild": "adding a tenth more rows: drop + insert + rebuild / inserting into the index (s / s)",
     "predict_memory_ratio": "peak RSS of the predict job, 10 N vs N rows",
+    "ui_search_p50_ms": "web UI search by upload (POST /search, k=10: checks, serving_default, pgvector), median (ms)",
+    "ui_search_p99_ms": "web UI search by upload, 99th percentile latency (ms)",
+    "ui_thumbnail_p50_ms": "web UI thumbnail of a stored image not asked for before (GET /image/KEY), median (ms)",
+    "ui_overview_50_answered": "fraction of 50 concurrent overview requests the web UI answered 200",
 }
 
 

@@ -24,6 +24,10 @@ TARGETS = {
     "index_build_sized_speedup": (1.5, True),
     "index_append_vs_rebuild": None,
     "predict_memory_ratio": (1.3, False),
+    "ui_search_p50_ms": (150.0, False),  # Issue 23: search by upload, on 2 cores.
+    "ui_search_p99_ms": None,
+    "ui_thumbnail_p50_ms": None,
+    "ui_overview_50_answered": (1.0, True),  # Every one of 50 concurrent overview requests answered.
 }
 
 

@@ -43,3 +43,19 @@ def test_read_records_names_a_cut_file_truncated():
         with pytest.raises(DamagedRecords, match="truncated") as caught:
             list(read_records(io.BytesIO(data[:cut])))
         assert caught.value.truncated
+
+
+def test_read_records_at_gives_offsets_a_seek_reads_back():
+    import io
+
+    from beam_pipeline.common.records import frame_record, read_records_at
+
+    records = [b"a", b"", b"x" * 300, b"last"]
+    data = b"".join(frame_record(record) for record in records)
+    found = list(read_records_at(io.BytesIO(data)))
+    assert [record for _, record in found] == records
+    assert [offset for offset, _ in found] == [0, 17, 33, 349]  # 12 header bytes + data + 4 CRC bytes each.
+    stream = io.BytesIO(data)
+    for offset, record in found:
+        stream.seek(offset)
+        assert next(read_records_at(stream, offset=offset)) == (offset, record)

@@ -1,0 +1,208 @@
+"""The web app: FastAPI routes over what `UiState` read at start-up, drawn by Jinja2 templates.
+
+Every query parameter is validated (FastAPI's bounds, then the known splits and labels); a bad
+request answers a 4xx page that says why, and nothing answers with a traceback. No route opens a
+path it was given: images are found by key in the record index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from beam_pipeline.ui.chart import bar_chart
+from beam_pipeline.ui.neighbours import NeighbourSearch
+from beam_pipeline.ui.quality import QualityRun
+from beam_pipeline.ui.run_data import JobRun, PredictRun
+from tf_serving_input import failures
+
+PAGE_SIZE = 48
+MAX_K = 100  # Neighbours a page shows (the database serves up to 1,000; a page of 1,000 thumbnails is no use).
+DEFAULT_K = 8
+MAX_PAGE = 1_000_000
+MAX_KEY_LENGTH = 64
+THUMBNAIL_SIZE = 128
+# The sizes the pages ask for: a few, so the thumbnail cache holds at most a few copies of an image.
+THUMBNAIL_SIZES = (64, 128, 224)
+# Reason code -> HTTP status of a refused upload.
+UPLOAD_STATUS = {failures.TOO_LARGE_FILE: 413, failures.NOT_AN_IMAGE: 415, failures.UNSUPPORTED_FORMAT: 415,
+                 failures.EMPTY_FILE: 400}
+TEMPLATES = Jinja2Templates(directory=os.path.join(os.path.dirname(__file__), "templates"))
+TEMPLATES.env.globals["zip"] = zip
+
+
+def flag_text(flags: Any) -> str:
+    """A quality flags cell as text: a list joined ('low_contrast, blurry'), anything else as it is."""
+    return ", ".join(map(str, flags)) if isinstance(flags, (list, tuple)) else str(flags)
+
+
+TEMPLATES.env.filters["flag_text"] = flag_text
+
+
+@dataclasses.dataclass
+class UiState:
+    """What the app serves; each part is None when its inputs were not given."""
+
+    job: JobRun
+    predict: PredictRun | None = None
+    search: NeighbourSearch | None = None
+    quality: QualityRun | None = None
+    max_file_bytes: int = 256 * 1024 * 1024
+
+    @property
+    def can_upload(self) -> bool:
+        """Whether an uploaded image can be searched (a table and the export)."""
+        return self.search is not None and self.search.embedder is not None
+
+
+def text_field(form: Any, name: str) -> str | None:
+    """A form's text field, or None when absent or a file was sent under its name."""
+    value = form.get(name)
+    return value if isinstance(value, str) else None
+
+
+def create_app(state: UiState) -> FastAPI:
+    """The FastAPI app over `state` (no docs pages: they would load their assets from a CDN)."""
+    app = FastAPI(title="beam-image-pipeline", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        return TEMPLATES.TemplateResponse(request, name, {"state": state, **context}, status_code=status_code)
+
+    def refuse(status: int, message: str) -> None:
+        raise HTTPException(status, message)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, error: RequestValidationError) -> HTMLResponse:
+        problems = "; ".join(f"{'.'.join(str(p) for p in problem['loc'][1:]) or 'request'}: {problem['msg']}"
+                             for problem in error.errors())
+        return page(request, "error.html", 400, status=400, message=problems)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException) -> HTMLResponse:
+        return page(request, "error.html", error.status_code, status=error.status_code, message=error.detail)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> HTMLResponse:
+        # Logged by uvicorn with its traceback; the page says only what kind of error.
+        return page(request, "error.html", 500, status=500, message=f"internal error ({type(error).__name__})")
+
+    def known(value: str | None, allowed: list[str], name: str) -> str | None:
+        if value in (None, ""):
+            return None
+        if value not in allowed:
+            refuse(400, f"{name}: {value[:80]!r} is none of this run's {name}s ({', '.join(allowed)[:400]})")
+        return value
+
+    def entry_or_404(key: str):
+        entry = state.job.index.get(key) if len(key) <= MAX_KEY_LENGTH else None
+        if entry is None:
+            refuse(404, f"no stored image has the key {key[:MAX_KEY_LENGTH]!r}")
+        return entry
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview(request: Request) -> HTMLResponse:
+        job = state.job
+        return page(request, "overview.html", manifest=job.manifest,
+                    chart=bar_chart(dict(job.label_counts), "images per label"))
+
+    @app.get("/gallery", response_class=HTMLResponse)
+    def gallery(request: Request, split: str | None = Query(None, max_length=200),
+                label: str | None = Query(None, max_length=200),
+                page_number: int = Query(1, alias="page", ge=1, le=MAX_PAGE)) -> HTMLResponse:
+        split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")
+        keys = state.job.select(split, label)
+        pages = max(1, math.ceil(len(keys) / PAGE_SIZE))
+        if page_number > pages:
+            refuse(404, f"page {page_number} is past the last page ({pages})")
+        shown = keys[(page_number - 1) * PAGE_SIZE: page_number * PAGE_SIZE]
+        return page(request, "gallery.html", entries=[state.job.index.entries[key] for key in shown],
+                    split=split, label=label, page=page_number, pages=pages, total=len(keys))
+
+    @app.get("/item/{key}", response_class=HTMLResponse)
+    def item(request: Request, key: str, k: int = Query(DEFAULT_K, ge=1, le=MAX_K)) -> HTMLResponse:
+        entry = entry_or_404(key)
+        top_k = state.predict.top_k.get(key) if state.predict else None
+        neighbours, problem = None, None
+        if state.search is not None:
+            try:
+                neighbours = state.search.by_key(key, k)
+            except LookupError as error:
+                problem = str(error)
+        group = state.quality.group_of.get(key) if state.quality else None
+        flags = state.quality.flags_of.get(key) if state.quality else None
+        return page(request, "item.html", entry=entry, top_k=top_k, neighbours=neighbours, problem=problem,
+                    group=group, flags=flags, k=k)
+
+    @app.get("/image/{key}")
+    def image(key: str, size: int = Query(THUMBNAIL_SIZE, ge=1, le=max(THUMBNAIL_SIZES))) -> Response:
+        if size not in THUMBNAIL_SIZES:
+            refuse(400, f"size: one of {', '.join(map(str, THUMBNAIL_SIZES))}, not {size}")
+        entry_or_404(key)
+        return Response(state.job.index.thumbnail(key, size), media_type="image/png",
+                        headers={"Cache-Control": "max-age=3600"})
+
+    @app.get("/failures", response_class=HTMLResponse)
+    def failures_page(request: Request) -> HTMLResponse:
+        return page(request, "failures.html", by_reason=dict(sorted(state.job.failures_by_reason.items())),
+                    reasons=failures.REASONS)
+
+    @app.get("/search", response_class=HTMLResponse)
+    def search_form(request: Request, key: str | None = Query(None, max_length=MAX_KEY_LENGTH),
+                    k: int = Query(DEFAULT_K, ge=1, le=MAX_K), split: str | None = Query(None, max_length=200),
+                    label: str | None = Query(None, max_length=200)) -> HTMLResponse:
+        if state.search is None:
+            refuse(404, "search needs the predictions table: start the UI with --predictions_dir and --database")
+        split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")
+        neighbours = None
+        if key:
+            entry_or_404(key)
+            try:
+                neighbours = state.search.by_key(key, k, split, label)
+            except LookupError as error:
+                refuse(404, str(error))
+        return page(request, "search.html", neighbours=neighbours, query_key=key, k=k, split=split, label=label)
+
+    @app.post("/search", response_class=HTMLResponse)
+    async def search_upload(request: Request, k: int = Query(DEFAULT_K, ge=1, le=MAX_K)) -> HTMLResponse:
+        if not state.can_upload:
+            refuse(404, "search by upload needs the export: start the UI with --model_dir and the predictions table")
+        limit = state.max_file_bytes
+        declared = request.headers.get("content-length", "")
+        if not declared.isdigit():  # A chunked body would be spooled whole before its size is known.
+            refuse(411, "POST /search needs a Content-Length (a browser's form upload sends one)")
+        if int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed (64 KiB for the form's framing).
+            refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
+        form = await request.form(max_files=1, max_fields=8)
+        upload = form.get("image")
+        if upload is None or isinstance(upload, str):
+            refuse(400, "POST /search takes a multipart/form-data body with a file field named 'image'")
+        data = await upload.read(limit + 1)
+        # The form's filters: text fields, checked against the run's own splits and labels like the gallery's.
+        split, label = (known(text_field(form, name), allowed, name)
+                        for name, allowed in (("split", state.job.splits), ("label", state.job.labels)))
+        await form.close()
+        if len(data) > limit:
+            refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
+        try:
+            neighbours = await run_in_threadpool(state.search.by_image, data, k, split, label)
+        except failures.RowFailure as failure:
+            refuse(UPLOAD_STATUS.get(failure.reason, 422), f"{failure.reason}: {failure.detail}")
+        return page(request, "search.html", neighbours=neighbours, query_key=None, k=k, split=split, label=label,
+                    query_name=(upload.filename or "upload")[:200])
+
+    @app.get("/quality", response_class=HTMLResponse)
+    def quality(request: Request) -> HTMLResponse:
+        if state.quality is None:
+            refuse(404, "quality pages need a quality folder: start the UI with --quality_dir")
+        return page(request, "quality.html", quality=state.quality)
+
+    return app

@@ -1,0 +1,81 @@
+"""The quality job's folder (issue 22), read by its documented columns only.
+
+    QUALITY_OUT/duplicate_groups.parquet  one row per image in a group: group, key, source, split, label,
+                                          match ('exact' | 'near'), distance
+    QUALITY_OUT/image_flags.parquet       one row per flagged image: key, source, split, label, flags, numbers
+    QUALITY_OUT/summary.json              counts and thresholds
+
+A leak is a group whose images are in more than one split; a label conflict one whose images carry more
+than one label.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+from typing import Any
+
+GROUPS_FILE = "duplicate_groups.parquet"
+FLAGS_FILE = "image_flags.parquet"
+SUMMARY_FILE = "summary.json"
+GROUP_COLUMNS = ["group", "key", "source", "split", "label", "match", "distance"]
+FLAG_COLUMNS = ["key", "source", "split", "label", "flags", "numbers"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Group:
+    """One group of duplicate images."""
+
+    group: int
+    members: list[dict[str, Any]]
+
+    @property
+    def splits(self) -> list[str]:
+        """The splits its images are in."""
+        return sorted({member["split"] for member in self.members})
+
+    @property
+    def labels(self) -> list[str]:
+        """The labels its images carry."""
+        return sorted({member["label"] for member in self.members})
+
+    @property
+    def is_leak(self) -> bool:
+        """Whether the same image is in two splits (e.g. train and validation)."""
+        return len(self.splits) > 1
+
+    @property
+    def is_label_conflict(self) -> bool:
+        """Whether the same image carries two labels."""
+        return len(self.labels) > 1
+
+
+class QualityRun:
+    """A quality folder: duplicate groups (by key too), leaks, label conflicts, flagged images, the summary."""
+
+    def __init__(self, quality_dir: str) -> None:
+        import pyarrow.parquet as pq
+
+        self.quality_dir = quality_dir
+        with open(os.path.join(quality_dir, SUMMARY_FILE), encoding="utf-8") as f:
+            self.summary = json.load(f)
+        rows = pq.read_table(os.path.join(quality_dir, GROUPS_FILE), columns=GROUP_COLUMNS).to_pylist()
+        by_group: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+        for row in rows:
+            by_group[int(row["group"])].append(row)
+        self.groups = [Group(group, members) for group, members in sorted(by_group.items())]
+        self.group_of = {member["key"]: group for group in self.groups for member in group.members}
+        self.flagged = pq.read_table(os.path.join(quality_dir, FLAGS_FILE), columns=FLAG_COLUMNS).to_pylist()
+        self.flags_of = {row["key"]: row for row in self.flagged}
+
+    @property
+    def leaks(self) -> list[Group]:
+        """The groups spanning more than one split."""
+        return [group for group in self.groups if group.is_leak]
+
+    @property
+    def label_conflicts(self) -> list[Group]:
+        """The groups whose images carry more than one label."""
+        return [group for group in self.groups if group.is_label_conflict]

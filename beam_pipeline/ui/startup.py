@@ -1,0 +1,93 @@
+"""Everything the UI reads once before it listens: the run's folders, the record index, the model, the pool.
+
+What cannot be used is refused here with one line (exit 1), not at the first request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from beam_pipeline import database
+from beam_pipeline.ui.app import UiState
+from beam_pipeline.ui.neighbours import NeighbourSearch
+from beam_pipeline.ui.quality import QualityRun
+from beam_pipeline.ui.run_data import JobRun, PredictRun
+
+POOL_SIZE = 8  # Connections: the thread pool runs up to 40 requests at once, each holds one for a query.
+
+
+class StartupError(RuntimeError):
+    """The UI cannot serve what its flags name; the message says why in one line."""
+
+
+@dataclasses.dataclass
+class Resources:
+    """What the UI holds while it runs and gives back when it stops."""
+
+    pool: Any = None
+    server: Any = None  # An EmbeddedServer lease.
+
+    def close(self) -> None:
+        """Closes the pool, then gives the embedded server's lease back."""
+        if self.pool is not None:
+            self.pool.close()
+        if self.server is not None:
+            self.server.release()
+
+
+def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resources]:
+    """(UiState, Resources) for the parsed flags; StartupError (or DatabaseError, ExportError) when it cannot."""
+    job = JobRun(args.input_dir)
+    if not job.keys:
+        raise StartupError(f"--input_dir {args.input_dir} holds no stored image")
+    state = UiState(job=job, max_file_bytes=args.max_file_bytes)
+    state.predict = PredictRun(args.predictions_dir) if args.predictions_dir else None
+    state.quality = QualityRun(args.quality_dir) if args.quality_dir else None
+    resources = Resources()
+    if database_value is None:
+        return state, resources
+    try:
+        url, resources.server = database.resolve(database_value, args.database_dir)
+        table = _table(args, state.predict, url)
+        resources.pool = database.open_pool(url, max_size=POOL_SIZE)
+        embedder = _embedder(args.model_dir, resources.pool, table) if args.model_dir else None
+    except BaseException:
+        resources.close()
+        raise
+    dataset = state.predict.dataset_id if state.predict else None
+    state.search = NeighbourSearch(resources.pool, table, dataset, embedder, job.index.config.max_pixels)
+    return state, resources
+
+
+def _table(args: Any, predict: PredictRun | None, url: str) -> str:
+    """The table named by --table, else the predict manifest's, else the only table of embeddings."""
+    table = args.table or (predict.table if predict else None)
+    tables = database.vector_tables(url)
+    if table is None:
+        if len(tables) != 1:
+            raise StartupError(f"{database.describe(url)} holds {len(tables)} tables of embeddings "
+                               f"({', '.join(tables) or 'none'}): name one with --table")
+        return tables[0]
+    if table not in tables:
+        raise StartupError(f"no table {table} of embeddings in {database.describe(url)} (tables of embeddings "
+                           f"there: {', '.join(tables) or 'none'})")
+    return table
+
+
+def _embedder(model_dir: str, pool: Any, table: str):
+    """The export, loaded once, checked against what the table holds (its size and, when recorded, its SHA-256)."""
+    from beam_pipeline.common.files import export_sha256
+    from beam_pipeline.common.query_embedding import QueryEmbedder
+
+    embedder = QueryEmbedder(model_dir)
+    with pool.connection() as connection:
+        kind = database.embedding_type(connection, table)
+        recorded = database.table_export(connection, table)
+    size = int(kind.split("(")[1].rstrip(")"))
+    if embedder.size != size:
+        raise StartupError(f"--model_dir {model_dir} embeds into {embedder.size} values, but table {table} holds "
+                           f"{kind}: use the export its predictions came from")
+    if recorded is not None and recorded[0] != export_sha256(model_dir):
+        raise StartupError(f"table {table} holds embeddings of the export {recorded[1]}, not of {model_dir}")
+    return embedder

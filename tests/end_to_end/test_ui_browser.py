@@ -1,0 +1,136 @@
+"""The UI in a real browser: the OS's headless Chromium driven by Playwright's Python package.
+
+The server is the real command line over a real run (job, export, predict into the embedded
+PostgreSQL, a quality folder); the browser loads the overview, opens the gallery and an image page,
+uploads a photo and sees its neighbours, and opens the quality page. Screenshots go to the test's
+temporary folder. Chromium comes from the OS (`apt-get install chromium`: scripts/test.sh installs it
+when missing); Playwright's own browser download is not used.
+"""
+
+import shutil
+
+import pytest
+
+import postgres_servers
+import ui_run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    """(base URL, the run's folders) of the UI with every part lit, and the embedded server under it."""
+    folder = tmp_path_factory.mktemp("ui_browser_run")
+    with postgres_servers.embedded(str(tmp_path_factory.mktemp("ui_browser_pg"))) as url:
+        run = ui_run.build_run(folder, url)
+        quality, run["quality_keys"] = ui_run.write_quality_folder(folder / "quality", run["job"])
+        process, base = ui_run.start_ui("--input_dir", run["job"], "--predictions_dir", run["predictions"],
+                                        "--model_dir", run["export"], "--database", url, "--quality_dir", quality,
+                                        log_path=folder / "ui.log")
+        try:
+            yield base, run
+        finally:
+            ui_run.stop_ui(process)
+        assert "Traceback" not in (folder / "ui.log").read_text()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless system Chromium through Playwright."""
+    assert CHROMIUM, "no chromium on PATH: apt-get install chromium (scripts/ensure_chromium.sh)"
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser, tmp_path):
+    """A fresh page that fails the test on any failed request or script error."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = context.new_page()
+    problems = []
+    page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    # An image still loading when the page navigates away is aborted by the browser: not a failure.
+    page.on("requestfailed", lambda request: "ERR_ABORTED" in (request.failure or "") or problems.append(
+        f"request failed: {request.url} ({request.failure})"))
+    page.on("response", lambda response: response.status >= 500 and problems.append(
+        f"{response.status} from {response.url}"))
+    yield page
+    context.close()
+    assert not problems, problems
+
+
+def loaded_images(page):
+    """How many <img> on the page have loaded with a real size (not a broken image), once all have settled."""
+    page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=30_000)
+    return page.evaluate("Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0).length")
+
+
+def test_overview_gallery_and_an_image_page(ui, page, tmp_path):
+    base, run = ui
+    page.goto(base + "/")
+    assert page.locator("h1").inner_text().startswith("Run ")
+    assert page.locator("#summary").inner_text().count("17") >= 1  # 17 written (16 photos and the duplicate)
+    assert page.locator("svg.chart rect").count() == 4  # One bar per label.
+    assert "not_an_image" in page.locator("#reasons").inner_text()
+    page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+
+    page.click("nav >> text=Gallery")
+    page.wait_for_selector("#gallery .tile")
+    assert page.locator("#gallery .tile").count() == 17
+    page.select_option("select[name=label]", "cat")
+    page.click("text=Filter")
+    page.wait_for_url("**/gallery?**label=cat**")
+    assert page.locator("#gallery .tile").count() == 5  # 4 cats and the duplicate.
+    assert loaded_images(page) == 5
+    page.screenshot(path=str(tmp_path / "gallery.png"), full_page=True)
+
+    page.locator("#gallery .tile a").first.click()
+    page.wait_for_selector("#details")
+    details = page.locator("#details").inner_text()
+    assert "cat" in details and "stored size" in details
+    assert page.locator("#top_k tr").count() == 1 + 2  # The header and the export's 2 classes.
+    assert page.locator(".neighbours .tile").count() == 8
+    assert loaded_images(page) >= 9
+    page.screenshot(path=str(tmp_path / "image_page.png"), full_page=True)
+    assert (tmp_path / "image_page.png").stat().st_size > 1000
+
+
+def test_upload_a_photo_and_see_its_neighbours(ui, page, tmp_path):
+    base, run = ui
+    page.goto(base + "/search")
+    page.set_input_files("#upload input[type=file]", run["photos"][6])
+    page.click("text=Find similar images")
+    page.wait_for_selector("#results")
+    tiles = page.locator(".neighbours .tile")
+    assert tiles.count() == 8
+    assert float(tiles.first.locator(".muted").inner_text()) < 1e-4  # The photo itself comes first.
+    assert loaded_images(page) == 8
+    page.screenshot(path=str(tmp_path / "search.png"), full_page=True)
+
+    page.set_input_files("#upload input[type=file]", files=[{"name": "notes.txt", "mimeType": "text/plain",
+                                                              "buffer": b"no picture here"}])
+    page.click("text=Find similar images")
+    assert page.locator("#message").inner_text().startswith("not_an_image")
+
+
+def test_quality_page_shows_the_leak_and_the_label_conflict(ui, page, tmp_path):
+    base, run = ui
+    page.goto(base + "/")
+    page.click("nav >> text=Quality")
+    page.wait_for_selector("#leaks")
+    assert page.locator("#leaks").inner_text() == "Leaks across splits (1)"
+    assert page.locator("#conflicts").inner_text() == "Label conflicts (1)"
+    assert page.locator("#flagged").inner_text() == "Flagged images (1)"
+    assert "low_contrast" in page.locator("main").inner_text() and "['" not in page.locator("main").inner_text()
+    assert loaded_images(page) == 2 + 2 + 4 + 1  # leak, conflict, both groups again, the flagged image
+    page.screenshot(path=str(tmp_path / "quality.png"), full_page=True)
+    leak = run["quality_keys"]["leak"][0]
+    page.goto(f"{base}/item/{leak}")
+    assert "leak across splits" in page.locator("h2", has_text="Duplicate group").inner_text()

@@ -1,0 +1,110 @@
+"""A small real run for the UI's tests: job + export + predict into a PostgreSQL, a quality folder, the UI server.
+
+- `build_run(folder, database_url)`: 16 sample photos (4 per class; one photo listed twice, in train and in
+  validation: a duplicate that leaks across splits) plus a missing file and a text file (two failures), through
+  the job (32 px, in this process), a small exported classifier, and the predict command line into the server.
+- `write_quality_folder(folder, job_dir)`: the quality job's documented output (issue 22), made here with pyarrow
+  until that job is merged. The ONE place that makes it: swap its body for a run of the quality job.
+- `start_ui(*flags, log_path)`: the UI's command line on a free port, as a server process; `stop_ui`.
+"""
+
+import json
+import os
+import sys
+
+import imaging
+import scaleout
+
+# Not imported from the root conftest: tests/ui/ has a conftest of its own, which that name would find.
+SAMPLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data")
+
+SIZE = 32
+TABLE = "ui_sample"
+
+
+def sample_photos():
+    """(path, label) of 16 bundled photos: the first 4 files of each class; the first is the duplicate."""
+    chosen = []
+    for label in ("cat", "coffee", "astronaut", "rocket"):
+        names = sorted(os.listdir(os.path.join(SAMPLE_DIR, "images", label)))[:4]
+        chosen += [(os.path.join(SAMPLE_DIR, "images", label, name), label) for name in names]
+    return chosen
+
+
+def build_run(folder, database_url):
+    """Job, export and predictions (loaded into `database_url`, table TABLE) in `folder`: a dict of their paths."""
+    from beam_pipeline.preprocess import cli as job
+
+    photos = sample_photos()
+    rows = [[path, label, "validation" if i % 4 == 3 else "train"] for i, (path, label) in enumerate(photos)]
+    rows.append([photos[0][0], photos[0][1], "validation"])  # The duplicate.
+    (folder / "notes.txt").write_text("this is no image\n")
+    rows.append([str(folder / "notes.txt"), "cat", "train"])
+    rows.append([str(folder / "missing.jpg"), "rocket", "train"])
+    imaging.write_csv(folder / "images.csv", ["path", "label", "split"], rows)
+    job_dir = folder / "job"
+    assert job.run(["--input_csv", str(folder / "images.csv"), "--output_dir", str(job_dir), "--image_size",
+                    str(SIZE), "--image_format", "png", "--num_shards", "2", "--max_error_rate", "0.5",
+                    "--no_progress", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]) == 0
+    manifest = json.loads((job_dir / "manifest.json").read_text())
+    assert manifest["written"] == len(photos) + 1 and manifest["failed"] == 2, manifest
+    export_dir = scaleout.export_small_model(job_dir, folder / "export", size=SIZE)
+    predictions = folder / "predictions"
+    result = scaleout.predict("--model_dir", export_dir, "--input_dir", job_dir, "--output_dir", predictions,
+                              "--database", database_url, "--table", TABLE, "--batch_size", 8, "--no_progress")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"job": str(job_dir), "export": str(export_dir), "predictions": str(predictions),
+            "database": database_url, "photos": [path for path, _ in photos]}
+
+
+def write_quality_folder(folder, job_dir):
+    """QUALITY_OUT as issue 22 documents it, for the job output `job_dir`: the duplicate (a leak), a label
+    conflict and flagged images. Returns the folder and what it holds (keys of the groups, flagged keys)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = _job_rows(job_dir)
+    duplicate = [row for row in rows if row["source"] == sample_photos()[0][0]]  # Its two rows.
+    conflict = [next(r for r in rows if r["label"] == "coffee"), next(r for r in rows if r["label"] == "rocket")]
+    groups = []
+    for group, (members, match) in enumerate([(duplicate, "exact"), (conflict, "near")]):
+        for member in members:
+            groups.append({"group": group, "key": member["key"], "source": member["source"],
+                           "split": member["split"], "label": member["label"], "match": match,
+                           "distance": 0.0 if match == "exact" else 0.04})
+    flagged = [{"key": rows[5]["key"], "source": rows[5]["source"], "split": rows[5]["split"],
+                "label": rows[5]["label"], "flags": ["low_contrast"], "numbers": json.dumps({"contrast": 3.5})}]
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(groups), folder / "duplicate_groups.parquet")
+    pq.write_table(pa.Table.from_pylist(flagged), folder / "image_flags.parquet")
+    (folder / "summary.json").write_text(json.dumps({
+        "images": len(rows), "groups": 2, "exact_groups": 1, "near_groups": 1, "leaks": 1, "label_conflicts": 1,
+        "flagged": 1, "near_threshold": 0.05}))
+    return folder, {"leak": [m["key"] for m in duplicate], "conflict": [m["key"] for m in conflict],
+                    "flagged": [flagged[0]["key"]]}
+
+
+def _job_rows(job_dir):
+    """(key, source, split, label) of every stored image, read back through the UI's own index."""
+    from beam_pipeline.ui.record_index import RecordIndex
+    from tf_serving_input.layout import OutputLayout
+
+    layout = OutputLayout(str(job_dir))
+    index = RecordIndex(layout, layout.load_manifest())
+    return [{"key": e.key, "source": e.source, "split": e.split, "label": e.label} for e in index.entries.values()]
+
+
+def ui_command(*flags):
+    """The UI's command line."""
+    return [sys.executable, "-m", "beam_pipeline.ui", *map(str, flags)]
+
+
+def start_ui(*flags, log_path, port=None):
+    """(process, base URL) of the UI started with `flags` on a free port (or `port`), once it accepts connections."""
+    port = port or scaleout.free_port()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    process = scaleout.start_server(ui_command(*flags, "--port", port), port, log_path, env=env, timeout=180)
+    return process, f"http://127.0.0.1:{port}"
+
+
+stop_ui = scaleout.stop_server
