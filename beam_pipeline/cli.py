@@ -2,7 +2,7 @@
 
 Each subcommand is its job's own command line, with its own `--help`. The
 commands from before keep working: `python -m beam_pipeline --input_csv ...`
-(no subcommand: preprocess) and `python -m beam_pipeline.predict|search|inspect|database`.
+(no subcommand: preprocess) and `python -m beam_pipeline.predict|search|quality|inspect|database`.
 Nothing heavy is imported until a subcommand is chosen.
 """
 
@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "predict": ("beam_pipeline.predict.cli",
                 "run a serving export over every image -> Parquet -> PostgreSQL + pgvector"),
     "search": ("beam_pipeline.search.cli", "the stored images nearest a query image or key"),
+    "quality": ("beam_pipeline.quality.cli",
+                "duplicates, cross-split leaks, label conflicts, flagged images of a job output -> report"),
     "db": ("beam_pipeline.database.server", "the embedded PostgreSQL server: start | stop | status | psql | url"),
 }
 

@@ -10,7 +10,7 @@ from beam_pipeline.quality import pairs
 
 
 def planted_hashes(count, planted, max_flips, seed=0):
-    """(ids, uint64 hashes): `count` random hashes, then `planted` copies of random ones with 0..max_flips bits flipped."""
+    """(ids, uint64 hashes): `count` random hashes, then `planted` copies with 0..max_flips bits flipped."""
     rng = np.random.default_rng(seed)
     hashes = rng.integers(0, 2**63, size=count, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, count,
                                                                                                 dtype=np.uint64)
