@@ -27,7 +27,8 @@ class QualityConfig:
     input_dir: str
     output_dir: str
     hash_distance: int = 10
-    hash_bands: int = 6
+    hash_band_bits: int = 14
+    hash_band_step: int = 5
     max_bucket: int = 2000
     near_constant_contrast: float = 4.0
     dark_brightness: float = 30.0
@@ -41,8 +42,8 @@ class QualityConfig:
 
     def thresholds(self) -> dict[str, Any]:
         """The thresholds, as summary.json records them."""
-        names = ("hash_distance", "hash_bands", "max_bucket", "near_constant_contrast", "dark_brightness",
-                 "bright_brightness", "blur_variance")
+        names = ("hash_distance", "hash_band_bits", "hash_band_step", "max_bucket", "near_constant_contrast",
+                 "dark_brightness", "bright_brightness", "blur_variance")
         return {name: getattr(self, name) for name in names}
 
     def to_dict(self) -> dict[str, Any]:
@@ -68,10 +69,14 @@ def build_parser(prog: str = PROG) -> Any:
     parser.add_argument("--hash_distance", type=int, default=10,
                         help="Two images are near-duplicates when their 64-bit perceptual hashes differ in at most "
                              "this many bits.")
-    parser.add_argument("--hash_bands", type=int, default=6,
-                        help="Bands the hash is cut into for finding pairs (2-64): every pair within "
-                             "hash_bands - 1 bits is found for certain, pairs further apart when one band is "
-                             "untouched (measured, README). More bands find more, at more comparisons.")
+    parser.add_argument("--hash_band_bits", type=int, default=14,
+                        help="Bits of each band of the hash that pairs are looked for in (1-32): images meet when "
+                             "one band of theirs is equal. Narrower bands find more pairs far apart, at up to "
+                             "quadratic work at a million images (README \"Quality\").")
+    parser.add_argument("--hash_band_step", type=int, default=5,
+                        help="A band starts every this many bits (overlapping bands when below --hash_band_bits). "
+                             "Pairs within (non-overlapping bands - 1) bits are found for certain: 3 with the "
+                             "defaults; further pairs when one band is untouched (measured, README).")
     parser.add_argument("--max_bucket", type=int, default=2000,
                         help="A band bucket with more images than this pairs only identical hashes (no all-pairs "
                              "comparison); summary.json counts such buckets.")
@@ -99,14 +104,15 @@ def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[s
     flags.check_run_flags(parser, args)
     if not 0 <= args.hash_distance <= 64:
         parser.error("--hash_distance must be in 0..64")
-    if not 2 <= args.hash_bands <= 64:
-        parser.error("--hash_bands must be in 2..64")
+    if not 1 <= args.hash_band_bits <= 32 or args.hash_band_step < 1:
+        parser.error("--hash_band_bits must be in 1..32 and --hash_band_step >= 1")
     if args.max_bucket < 2 or args.report_top < 0 or args.report_images < 1:
         parser.error("--max_bucket must be >= 2, --report_top >= 0 and --report_images >= 1")
     local = flags.absolute_if_local
     config = QualityConfig(
         input_dir=local(args.input_dir), output_dir=local(args.output_dir), hash_distance=args.hash_distance,
-        hash_bands=args.hash_bands, max_bucket=args.max_bucket, near_constant_contrast=args.near_constant_contrast,
+        hash_band_bits=args.hash_band_bits, hash_band_step=args.hash_band_step, max_bucket=args.max_bucket,
+        near_constant_contrast=args.near_constant_contrast,
         dark_brightness=args.dark_brightness, bright_brightness=args.bright_brightness,
         blur_variance=args.blur_variance, report_top=args.report_top, report_images=args.report_images,
         overwrite=args.overwrite, progress=args.progress, max_error_rate=args.max_error_rate)

@@ -87,11 +87,13 @@ class QualityLauncher(Launcher[QualityLayout]):
             return 1
         if FileSystems.exists(layout.path(layout.PAIRS_DIR)):  # Left by a killed run: the pairs are redone.
             FileSystems.delete([layout.path(layout.PAIRS_DIR)])
-        print(f"Finding pairs within {config.hash_distance} bits ({config.hash_bands} bands)", flush=True)
+        print(f"Finding pairs within {config.hash_distance} bits (bands of {config.hash_band_bits} bits every "
+              f"{config.hash_band_step})", flush=True)
         pair_seconds = self.run_pipeline(
             step, run_log, f"finding near-duplicate pairs into {layout.path(layout.PAIRS_DIR)}",
             lambda pipeline: build_pairs_pipeline(pipeline, layout, [layout.shard_file(n) for n in names],
-                                                  config.hash_distance, config.hash_bands, config.max_bucket,
+                                                  config.hash_distance, config.hash_band_bits, config.hash_band_step,
+                                                  config.max_bucket,
                                                   config.near_constant_contrast))
         step.now(f"writing the findings to {layout.root}")
         summary_counts, failures = report.summarize_statuses(statuses)

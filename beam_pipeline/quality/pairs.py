@@ -1,11 +1,19 @@
 """Near-duplicate pairs by perceptual hash, without comparing all pairs: banded hashing on a GroupByKey.
 
-The 64 hash bits are cut into `bands` bands (in zigzag order of their DCT frequency, so the steadiest,
-lowest-frequency bits share bands). Two hashes within Hamming distance d < bands agree on at least one
-band (pigeonhole: d flipped bits touch at most d bands), so every such pair meets in a bucket keyed by
-(band index, band value); pairs further apart meet when their flips leave a band untouched (measured, see
-README "Quality"). In each bucket the members' real Hamming distances are computed (NumPy, one matrix) and
-only pairs within `max_distance` are kept: the buckets propose, the distance decides.
+The 64 hash bits, in zigzag order of their DCT frequency (lowest, steadiest first), are read through
+overlapping windows ("bands") of `band_bits` bits every `band_step` bits: with the defaults 14 and 5, 11
+bands. Each image is keyed by (band index, band value) for every band and grouped: two hashes meet in a
+bucket when one of their bands is untouched by the bits in which they differ. That is certain for pairs
+within `guaranteed_distance` bits (pigeonhole over the bands that do not overlap: 3 for the defaults) and
+measured beyond it (README "Quality": recall per transformation class). In each bucket the members' real
+Hamming distances are computed (NumPy, one matrix) and only pairs within `max_distance` are kept: the
+buckets propose, the distance decides.
+
+Why these numbers: a bucket's comparisons grow with its size squared, and a bucket holds about
+N / 2**band_bits images, so the comparisons grow as bands x N**2 / 2**band_bits. Narrow bands find more
+pairs at large distances but make the work quadratic at a million images (6 disjoint bands of ~11 bits:
+18x the time for 10x the rows, measured); 14-bit bands keep a million images' buckets at ~60 images, and
+overlapping them recovers most of the pairs narrower bands would find.
 
 Only (id, hash) crosses the shuffle: two signed 64-bit integers an image (Beam's integer coder holds no
 more; a 16-hex-digit key and the hash's bits are kept as their two's complement), never pixels.
@@ -34,13 +42,25 @@ def zigzag_bits(side: int = 8) -> list[int]:
     return [r * side + c for r, c in cells]
 
 
-def band_bits(bands: int) -> list[list[int]]:
-    """The bit positions of each band: consecutive runs of the zigzag order, as even in size as possible."""
-    if not 2 <= bands <= HASH_BITS:  # At least 2: a band key must fit a signed 64-bit integer.
-        raise ValueError(f"bands must be in 2..{HASH_BITS}, got {bands}")
+def band_bits(width: int, step: int) -> list[list[int]]:
+    """The bit positions of each band: windows of `width` consecutive zigzag positions every `step`, to the end."""
+    if not 1 <= width <= HASH_BITS // 2 or step < 1:  # <= 32 bits: a band key must fit a signed 64-bit integer.
+        raise ValueError(f"band width must be in 1..{HASH_BITS // 2} and its step >= 1, got {width} and {step}")
     order = zigzag_bits()
-    edges = np.linspace(0, HASH_BITS, bands + 1).round().astype(int)
-    return [order[edges[b]:edges[b + 1]] for b in range(bands)]
+    starts = list(range(0, HASH_BITS - width + 1, step))
+    if starts[-1] + width < HASH_BITS:  # The last bits get a band too.
+        starts.append(HASH_BITS - width)
+    return [order[start:start + width] for start in starts]
+
+
+def guaranteed_distance(width: int, step: int) -> int:
+    """Pairs within this many bits always share a band: one less than the bands that do not overlap."""
+    disjoint, end = 0, 0
+    for bits in band_bits(width, step):
+        start = zigzag_bits().index(bits[0])
+        if start >= end:
+            disjoint, end = disjoint + 1, start + width
+    return disjoint - 1
 
 
 def as_unsigned(values: Iterable[int] | np.ndarray) -> np.ndarray:
@@ -58,10 +78,10 @@ def signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def band_values(hashes: np.ndarray, bands: int) -> np.ndarray:
-    """uint64 [N] hashes -> int64 [N, bands]: each band's bits gathered into a small integer."""
-    out = np.zeros((len(hashes), bands), np.int64)
-    for b, bits in enumerate(band_bits(bands)):
+def band_values(hashes: np.ndarray, bands: list[list[int]]) -> np.ndarray:
+    """uint64 [N] hashes -> int64 [N, len(bands)]: each band's bits (`band_bits`) gathered into a small integer."""
+    out = np.zeros((len(hashes), len(bands)), np.int64)
+    for b, bits in enumerate(bands):
         for j, bit in enumerate(bits):
             out[:, b] |= ((hashes >> np.uint64(bit)) & np.uint64(1)).astype(np.int64) << j
     return out
@@ -73,7 +93,7 @@ def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def band_key(band: int, value: int) -> int:
-    """One integer for (band index, band value): with >= 2 bands a value holds at most 32 bits."""
+    """One integer for (band index, band value): a value holds at most 32 bits."""
     return (band << (HASH_BITS // 2)) | value
 
 
@@ -103,7 +123,7 @@ def bucket_pairs(ids: np.ndarray, hashes: np.ndarray, max_distance: int,
 class _BandKeys(beam.DoFn):
     """A batch of (id, hash) -> ((band, value) as one int, (id, hash)) for every band of every hash."""
 
-    def __init__(self, bands: int) -> None:
+    def __init__(self, bands: list[list[int]]) -> None:
         self._bands = bands
 
     def process(self, batch: list[tuple[int, int]]) -> Iterator[tuple[int, tuple[int, int]]]:
@@ -136,11 +156,10 @@ class FindHashPairs(beam.PTransform):
     Also `.oversized`: (band key, size) of each bucket larger than `max_bucket` (see the module's docstring).
     """
 
-    def __init__(self, max_distance: int, bands: int, max_bucket: int) -> None:
+    def __init__(self, max_distance: int, band_width: int, band_step: int, max_bucket: int) -> None:
         super().__init__()
-        band_bits(bands)  # Refuses a bad band count at construction.
         self._max_distance = max_distance
-        self._bands = bands
+        self._bands = band_bits(band_width, band_step)  # Refuses bad band settings at construction.
         self._max_bucket = max_bucket
         self.oversized: beam.PCollection | None = None
 

@@ -68,9 +68,10 @@ def format_oversized(bucket: tuple[int, int]) -> str:
 
 
 def build_pairs_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, signal_files: list[str],
-                         max_distance: int, bands: int, max_bucket: int, min_contrast: float) -> None:
+                         max_distance: int, band_bits: int, band_step: int, max_bucket: int,
+                         min_contrast: float) -> None:
     """Adds the pair-finding steps over the signals files; pairs and oversized buckets as text files."""
-    find = FindHashPairs(max_distance, bands, max_bucket)
+    find = FindHashPairs(max_distance, band_bits, band_step, max_bucket)
     found = (pipeline
              | "SignalFiles" >> beam.Create(signal_files)
              # path of a signals file

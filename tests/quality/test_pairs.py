@@ -26,40 +26,43 @@ def planted_hashes(count, planted, max_flips, seed=0):
     return ids, hashes
 
 
-def run_find(ids, hashes, max_distance, bands, max_bucket=10_000):
+def run_find(ids, hashes, max_distance, width, step, max_bucket=10_000):
     expected = pairs.brute_force_pairs(ids, hashes, max_distance)
     with TestPipeline() as pipeline:
         found = (pipeline
                  | "Hashes" >> beam.Create(list(zip(ids.tolist(), pairs.as_signed(hashes).tolist(), strict=True)))
-                 | "Find" >> pairs.FindHashPairs(max_distance, bands, max_bucket))
+                 | "Find" >> pairs.FindHashPairs(max_distance, width, step, max_bucket))
         assert_that(found, equal_to(sorted(expected)))
     return expected
 
 
-def test_band_bits_cover_every_bit_once():
-    for bands in (2, 4, 6, 7, 64):
-        bits = [bit for band in pairs.band_bits(bands) for bit in band]
-        assert sorted(bits) == list(range(64))
-        sizes = [len(band) for band in pairs.band_bits(bands)]
-        assert max(sizes) - min(sizes) <= 1
+@pytest.mark.parametrize(("width", "step", "bands", "guaranteed"),
+                         [(16, 16, 4, 3), (11, 11, 6, 4), (14, 5, 11, 3), (32, 32, 2, 1), (14, 14, 5, 3)])
+def test_bands_cover_every_bit(width, step, bands, guaranteed):
+    found = pairs.band_bits(width, step)
+    assert len(found) == bands and all(len(band) == width for band in found)
+    assert sorted({bit for band in found for bit in band}) == list(range(64))
+    assert pairs.guaranteed_distance(width, step) == guaranteed
 
 
 def test_band_values_round_trip_the_bits():
     hashes = np.array([0, 2**64 - 1, 0x8000000000000001, 0x0123456789ABCDEF], dtype=np.uint64)
-    values = pairs.band_values(hashes, 6)
+    bands = pairs.band_bits(11, 11)
+    values = pairs.band_values(hashes, bands)
     for h, row in zip(hashes.tolist(), values.tolist(), strict=True):
         rebuilt = 0
-        for bits, value in zip(pairs.band_bits(6), row, strict=True):
+        for bits, value in zip(bands, row, strict=True):
             for j, bit in enumerate(bits):
                 rebuilt |= ((value >> j) & 1) << bit
         assert rebuilt == h
 
 
-@pytest.mark.parametrize("bands", [4, 6])
-def test_pairs_equal_brute_force_within_the_pigeonhole_distance(bands):
-    # Every pair within bands - 1 flips shares a band: the banded search must find exactly brute force's pairs.
-    ids, hashes = planted_hashes(3000, 300, max_flips=bands - 1)
-    expected = run_find(ids, hashes, max_distance=bands - 1, bands=bands)
+@pytest.mark.parametrize(("width", "step"), [(16, 16), (11, 11), (14, 5)])
+def test_pairs_equal_brute_force_within_the_guaranteed_distance(width, step):
+    # Every pair within the guaranteed distance shares a band: the banded search must find exactly brute force's.
+    distance = pairs.guaranteed_distance(width, step)
+    ids, hashes = planted_hashes(3000, 300, max_flips=distance)
+    expected = run_find(ids, hashes, distance, width, step)
     assert len(expected) >= 250  # The planted pairs are there to be found (some copies draw 0 flips).
 
 
@@ -67,8 +70,9 @@ def test_pairs_beyond_the_pigeonhole_distance_are_true_pairs_only():
     ids, hashes = planted_hashes(2000, 200, max_flips=12, seed=3)
     expected = pairs.brute_force_pairs(ids, hashes, 12)
     banded = set()
-    for band in range(6):  # The union over buckets, as the pipeline builds it, without Beam.
-        values = pairs.band_values(hashes, 6)[:, band]
+    bands = pairs.band_bits(11, 11)
+    for band in range(len(bands)):  # The union over buckets, as the pipeline builds it, without Beam.
+        values = pairs.band_values(hashes, bands)[:, band]
         for value in np.unique(values):
             members = values == value
             banded |= set(pairs.bucket_pairs(ids[members], hashes[members], 12, 10_000))
@@ -85,3 +89,19 @@ def test_an_oversized_bucket_pairs_only_identical_hashes():
     assert len(found) == 49 + 49 and all(d == 0 for _, _, d in found)
     assert found == {(0, i, 0) for i in range(1, 50)} | {(50, i, 0) for i in range(51, 100)}
     assert len(set(pairs.bucket_pairs(ids, hashes, 4, max_bucket=200))) == 100 * 99 // 2
+
+
+def test_far_pairs_through_the_pipeline_are_a_subset_of_brute_force():
+    ids, hashes = planted_hashes(2000, 200, max_flips=10, seed=5)
+    expected = pairs.brute_force_pairs(ids, hashes, 10)
+    with TestPipeline() as pipeline:
+        found = (pipeline
+                 | "Hashes" >> beam.Create(list(zip(ids.tolist(), pairs.as_signed(hashes).tolist(), strict=True)))
+                 | "Find" >> pairs.FindHashPairs(10, 14, 5, 10_000))
+
+        def check(actual):
+            actual = set(actual)
+            assert actual <= expected, actual - expected
+            assert len(actual) >= 0.5 * len(expected)
+
+        assert_that(found, check)

@@ -12,7 +12,7 @@ import os
 import numpy as np
 from PIL import Image, ImageEnhance
 
-SAMPLE_IMAGES = os.path.join(os.path.dirname(__file__), "..", "..", "sample_data", "images")
+SAMPLE_IMAGES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sample_data", "images")
 CLASSES = ("astronaut", "cat", "coffee", "rocket")
 
 
@@ -85,3 +85,44 @@ def planted_set(pictures):
             for variant, make in variants:
                 items.append((f"{name}__{variant}", transform_class, name, make(image)))
     return items
+
+
+def stored_images(items, preprocess):
+    """uint8 [N, S, S, 3]: each planted item through the job's preprocessing, stored and decoded by its codec."""
+    import tensorflow as tf
+
+    from tf_serving_input.codecs import codec_for, to_bytes
+    from tf_serving_input.preprocessing import preprocess_image
+
+    codec = codec_for(preprocess)
+    out = []
+    for _, _, _, data in items:
+        image = preprocess_image(tf.constant(data), preprocess)
+        stored = to_bytes(codec.encode(image, preprocess))
+        out.append(codec.decode(tf.constant(stored), preprocess.image_size).numpy())
+    return np.stack(out)
+
+
+def accuracy(items, hashes, found_pairs):
+    """Recall per transformation class and precision, from the pairs found (positions into `items`).
+
+    A planted pair is (variant, its base); a found pair is true when both sides come from one base.
+    Returns {"classes": {class: {"planted", "found", "recall"}}, "pairs", "false_pairs", "precision", "recall"}.
+    """
+    found = {(min(a, b), max(a, b)) for a, b in found_pairs}
+    index = {name: i for i, (name, _, _, _) in enumerate(items)}
+    classes = {}
+    for i, (_, transform_class, base, _) in enumerate(items):
+        if transform_class is None:
+            continue
+        pair = (min(i, index[base]), max(i, index[base]))
+        entry = classes.setdefault(transform_class, {"planted": 0, "found": 0})
+        entry["planted"] += 1
+        entry["found"] += pair in found
+    for entry in classes.values():
+        entry["recall"] = entry["found"] / entry["planted"]
+    false_pairs = sum(items[a][2] != items[b][2] for a, b in found)
+    planted = sum(e["planted"] for e in classes.values())
+    return {"classes": classes, "pairs": len(found), "false_pairs": false_pairs,
+            "precision": (len(found) - false_pairs) / len(found) if found else 1.0,
+            "recall": sum(e["found"] for e in classes.values()) / planted}
