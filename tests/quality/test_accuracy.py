@@ -2,8 +2,8 @@
 
 The targets: recall >= 0.95 of all planted pairs, precision >= 0.98 against distinct photos. Each class
 but crop reaches 0.95 on its own; crops to 90-95% of the area shift the picture under the DCT's lowest
-frequencies, and those pairs are the ones the bands miss (README "Quality" gives the figures). The images go through the job's own
-preprocessing and storage codec, then the job's signals and pair finding.
+frequencies, and those pairs are the ones the bands miss (README "Quality" gives the figures). The images go
+through the job's own preprocessing and storage codec, then the job's signals and pair finding.
 """
 
 import os
