@@ -20,9 +20,9 @@ SUBCOMMANDS = {
     "predict": ("beam_pipeline.predict.cli",
                 "run a serving export over every image -> Parquet -> PostgreSQL + pgvector"),
     "search": ("beam_pipeline.search.cli", "the stored images nearest a query image or key"),
+    "db": ("beam_pipeline.database.server", "the embedded PostgreSQL server: start | stop | status | psql | url"),
     "quality": ("beam_pipeline.quality.cli",
                 "duplicates, cross-split leaks, label conflicts, flagged images of a job output -> report"),
-    "db": ("beam_pipeline.database.server", "the embedded PostgreSQL server: start | stop | status | psql | url"),
 }
 
 

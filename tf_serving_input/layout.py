@@ -155,6 +155,16 @@ class RunFolder:
         """Globs of the temporary files attempts leave while writing (stale once no run holds the lock)."""
         return [self.path(folder, "*" + TEMP_SUFFIX) for folder in (self.DATA_DIR, self.STATUS_DIR)]
 
+    @classmethod
+    def entries(cls) -> tuple[str, ...]:
+        """Every top-level name a run writes: what --overwrite removes (each kind of folder lists its own)."""
+        raise NotImplementedError
+
+    @classmethod
+    def kept_on_resume(cls) -> tuple[str, ...]:
+        """What a resumed run keeps (each kind of folder lists its own)."""
+        raise NotImplementedError
+
     def load_manifest(self) -> dict[str, Any]:
         """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
         if not _exists(self.manifest_file):

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import TYPE_CHECKING, Any
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.records import DamagedRecords, read_records
+from beam_pipeline.common.records import DamagedRecords, Readable, read_records
 from tf_serving_input import failures
 from tf_serving_input.layout import shard_stem
+
+if TYPE_CHECKING:
+    from tf_serving_input.layout import OutputLayout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +30,11 @@ class RecordShard:
     path: str
     rows: int
     file: str = ""  # As the job's manifest names it (relative to the job's folder), for messages.
-    bytes: int = None
-    sha256: str = None
+    bytes: int | None = None
+    sha256: str | None = None
 
 
-def record_shards(job_layout, job_manifest):
+def record_shards(job_layout: OutputLayout, job_manifest: dict[str, Any]) -> list[RecordShard]:
     """The RecordShards of a job's output, from its manifest."""
     return [RecordShard(name=shard_stem(shard["file"]), split=shard["split"],
                         path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
@@ -41,19 +45,19 @@ def record_shards(job_layout, job_manifest):
 class _HashingReader:
     """A file object's reads, counted and hashed on the way."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: Readable) -> None:
         self._stream = stream
         self.sha256 = hashlib.sha256()
         self.bytes = 0
 
-    def read(self, size):
+    def read(self, size: int) -> bytes:
         data = self._stream.read(size)
         self.sha256.update(data)
         self.bytes += len(data)
         return data
 
 
-def damaged_shard(shard):
+def damaged_shard(shard: RecordShard) -> failures.RowFailure | None:
     """Why a job's shard cannot be trusted (a RowFailure for each of its rows), or None when it verifies.
 
     One streaming pass: the file's size and SHA-256 against the job's manifest, and every
