@@ -1,11 +1,12 @@
 """quality_pairs_time_10x, quality_pairs_peak_rss_gib, quality_recall, quality_precision: the quality job's pairs.
 
-Pair finding (beam_pipeline/quality/pairs.py: banded hashing on a GroupByKey) on SMALL and LARGE synthetic
-64-bit hashes, each run in a fresh process on the in-process FnApiRunner (one worker, so the process's peak
-RSS is the whole stage's): the hashes are made inside the pipeline (Create of chunk numbers, then each
-chunk's hashes from its seed), 1% of them planted near-duplicates of another hash within the pigeonhole
-distance (`guaranteed_distance` flipped bits), so every planted pair must be found. Ratio: LARGE's time over
-SMALL's (target <= 12 for 10x the rows); peak RSS at LARGE (target <= 2 GiB).
+Pair finding (beam_pipeline/quality/pairs.py: banded hashing on a GroupByKey) on N and 10 N synthetic
+64-bit hashes (--quality_hashes N, 100,000 by default), each run in a fresh process on the in-process
+FnApiRunner (one worker, so the process's peak RSS is the whole stage's). The hashes are made inside the
+pipeline (Create of chunk numbers, then each chunk's hashes from its seed); 1% of them are planted
+near-duplicates of another hash within the guaranteed distance (`guaranteed_distance` flipped bits), so
+every planted pair must be found. Ratio: 10 N's time over N's (target <= 12); peak RSS at 10 N (target
+<= 2 GiB at a million).
 
 Accuracy: near-duplicates made from the project's real photos (benchmarks/planted.py: disjoint tiles of
 sample_data's photos, each transformed by every class the issue names), stored as the job stores them,
@@ -26,8 +27,8 @@ import numpy as np
 
 from benchmarks.harness import REPO, in_turn
 
-SMALL, LARGE = 100_000, 1_000_000
-CHUNK = 10_000
+SMALL = 100_000
+CHUNK = 10_000  # Hashes are made in chunks of this many (the smallest run)
 PLANTED_EVERY = 100  # One hash in a hundred is a near-copy of the hash before it.
 
 
@@ -118,24 +119,26 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
 def measure(bench):
     from beam_pipeline.quality.cli import QualityConfig
 
+    small = max(CHUNK, bench.args.quality_hashes // CHUNK * CHUNK)
+    large = 10 * small
     folder = os.path.join(bench.work, "quality_pairs")
     os.makedirs(folder, exist_ok=True)
     defaults = QualityConfig(input_dir="", output_dir="")
 
     def log(repetition, sample):
-        small, large = sample["small"], sample["large"]
-        bench.results.say(f"   [{repetition + 1}/{bench.repetitions}] {SMALL:,}: {small['seconds']:.1f} s; "
-                          f"{LARGE:,}: {large['seconds']:.1f} s ({large['peak_rss_bytes'] / 2**30:.2f} GiB peak), "
-                          f"planted found {large['planted_found']}/{large['planted']}")
+        one, ten = sample["small"], sample["large"]
+        bench.results.say(f"   [{repetition + 1}/{bench.repetitions}] {small:,}: {one['seconds']:.1f} s; "
+                          f"{large:,}: {ten['seconds']:.1f} s ({ten['peak_rss_bytes'] / 2**30:.2f} GiB peak), "
+                          f"planted found {ten['planted_found']}/{ten['planted']}")
 
-    runs = in_turn(bench.repetitions, {"small": lambda r: stage_in_process(SMALL, folder),
-                                       "large": lambda r: stage_in_process(LARGE, folder)}, log)
+    runs = in_turn(bench.repetitions, {"small": lambda r: stage_in_process(small, folder),
+                                       "large": lambda r: stage_in_process(large, folder)}, log)
     bench.results.say(f"8. quality pair finding (bands of {defaults.hash_band_bits} bits every "
                       f"{defaults.hash_band_step}, distance {defaults.hash_distance}) "
-                      f"on {SMALL:,} and {LARGE:,} synthetic hashes, 1% planted near-duplicates:")
-    bench.results.ratio("quality_pairs_time_10x", f"{LARGE:,} vs {SMALL:,} hashes",
+                      f"on {small:,} and {large:,} synthetic hashes, 1% planted near-duplicates:")
+    bench.results.ratio("quality_pairs_time_10x", f"{large:,} vs {small:,} hashes",
                         [b["seconds"] / a["seconds"] for a, b in zip(runs["small"], runs["large"], strict=True)])
-    bench.results.ratio("quality_pairs_peak_rss_gib", f"{LARGE:,} hashes",
+    bench.results.ratio("quality_pairs_peak_rss_gib", f"{large:,} hashes",
                         [run["peak_rss_bytes"] / 2**30 for run in runs["large"]])
     result = planted_accuracy()
     classes = ", ".join(f"{name} {entry['found']}/{entry['planted']}" for name, entry in result["classes"].items())

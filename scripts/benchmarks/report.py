@@ -35,6 +35,10 @@ MEANING = {
     "search_p99_ms": "search k=10, 99th percentile latency (ms)",
     "search_recall_at_10": "recall@10 of that search against exact neighbours (default ef_search)",
     "predict_memory_ratio": "peak RSS of the predict job, 10 N vs N rows",
+    "quality_pairs_time_10x": "quality job's pair finding (banded GroupByKey), 10 N vs N synthetic hashes (time)",
+    "quality_pairs_peak_rss_gib": "peak RSS (GiB) of that pair finding on 10 N hashes, in one process",
+    "quality_recall": "planted near-duplicates of real photos found (every transformation class)",
+    "quality_precision": "pairs found that are true duplicates (distinct photos kept apart)",
 }
 
 
