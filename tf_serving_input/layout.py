@@ -245,6 +245,7 @@ class QualityLayout(RunFolder):
     SUMMARY_FILE = "summary.json"
     CLEAN_SPLIT_FILE = "clean_split.csv"
     REPORT_FILE = "report.html"
+    LABEL_ERRORS_FILE = "suspected_label_errors.parquet"  # Empty without --predictions_dir.
 
     @property
     def pairs_prefix(self) -> str:
@@ -256,11 +257,16 @@ class QualityLayout(RunFolder):
         """A glob matching every file of the pairs found."""
         return self.pairs_prefix + "*"
 
+    @property
+    def embedding_pairs_prefix(self) -> str:
+        """The file prefix of the candidate pairs by embedding signature (with --predictions_dir)."""
+        return self.path(self.PAIRS_DIR, "embedding")
+
     @classmethod
     def reports(cls) -> tuple[str, ...]:
         """The end-of-run files, written last: each is complete once its name exists (written then renamed)."""
-        return (cls.DUPLICATE_GROUPS_FILE, cls.IMAGE_FLAGS_FILE, cls.CLEAN_SPLIT_FILE, cls.REPORT_FILE,
-                cls.SUMMARY_FILE)
+        return (cls.DUPLICATE_GROUPS_FILE, cls.IMAGE_FLAGS_FILE, cls.LABEL_ERRORS_FILE, cls.CLEAN_SPLIT_FILE,
+                cls.REPORT_FILE, cls.SUMMARY_FILE)
 
     @classmethod
     def entries(cls) -> tuple[str, ...]:

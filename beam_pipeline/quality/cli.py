@@ -26,6 +26,10 @@ class QualityConfig:
 
     input_dir: str
     output_dir: str
+    predictions_dir: str | None = None
+    embedding_distance: float = 0.05
+    label_error_distance: float = 0.15
+    embedding_hash_distance: int = 16
     hash_distance: int = 10
     hash_band_bits: int = 14
     hash_band_step: int = 5
@@ -44,13 +48,18 @@ class QualityConfig:
         """The thresholds, as summary.json records them."""
         names = ("hash_distance", "hash_band_bits", "hash_band_step", "max_bucket", "near_constant_contrast",
                  "dark_brightness", "bright_brightness", "blur_variance")
-        return {name: getattr(self, name) for name in names}
+        values = {name: getattr(self, name) for name in names}
+        if self.predictions_dir:
+            values.update(embedding_distance=self.embedding_distance, label_error_distance=self.label_error_distance,
+                          embedding_hash_distance=self.embedding_hash_distance)
+        return values
 
     def to_dict(self) -> dict[str, Any]:
         """What makes two runs the same run (run.json): the input and every threshold."""
         from tf_serving_input.layout import LAYOUT_VERSION
 
-        return {"layout_version": LAYOUT_VERSION, "input_dir": self.input_dir, **self.thresholds(),
+        return {"layout_version": LAYOUT_VERSION, "input_dir": self.input_dir, "predictions_dir": self.predictions_dir,
+                **self.thresholds(),
                 "report_top": self.report_top, "report_images": self.report_images}
 
 
@@ -66,6 +75,20 @@ def build_parser(prog: str = PROG) -> Any:
             f"runner is {flags.DEFAULT_RUNNER} with one worker per core."))
     parser.add_argument("--input_dir", required=True, help="A finished preprocessing job's --output_dir.")
     parser.add_argument("--output_dir", required=True, help="Folder for the quality outputs (QUALITY_OUT).")
+    parser.add_argument("--predictions_dir", default=None,
+                        help="The predict job's --output_dir for this job output: its embeddings add near-duplicate "
+                             "pairs by cosine distance and find suspected label errors.")
+    parser.add_argument("--embedding_distance", type=float, default=0.05,
+                        help="With --predictions_dir: images whose embeddings are within this cosine distance are "
+                             "near-duplicates.")
+    parser.add_argument("--label_error_distance", type=float, default=0.15,
+                        help="With --predictions_dir: embeddings within this cosine distance are neighbours; an image "
+                             "whose labelled neighbours (3 or more) mostly carry one other label is a suspected "
+                             "label error.")
+    parser.add_argument("--embedding_hash_distance", type=int, default=16,
+                        help="With --predictions_dir: candidate pairs are proposed when their 64-bit random-"
+                             "hyperplane signatures differ in at most this many bits (about 64 x angle / pi), then "
+                             "verified by the real cosine.")
     parser.add_argument("--hash_distance", type=int, default=10,
                         help="Two images are near-duplicates when their 64-bit perceptual hashes differ in at most "
                              "this many bits.")
@@ -110,7 +133,10 @@ def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[s
         parser.error("--max_bucket must be >= 2, --report_top >= 0 and --report_images >= 1")
     local = flags.absolute_if_local
     config = QualityConfig(
-        input_dir=local(args.input_dir), output_dir=local(args.output_dir), hash_distance=args.hash_distance,
+        input_dir=local(args.input_dir), output_dir=local(args.output_dir),
+        predictions_dir=args.predictions_dir and local(args.predictions_dir),
+        embedding_distance=args.embedding_distance, label_error_distance=args.label_error_distance,
+        embedding_hash_distance=args.embedding_hash_distance, hash_distance=args.hash_distance,
         hash_band_bits=args.hash_band_bits, hash_band_step=args.hash_band_step, max_bucket=args.max_bucket,
         near_constant_contrast=args.near_constant_contrast,
         dark_brightness=args.dark_brightness, bright_brightness=args.bright_brightness,

@@ -35,6 +35,10 @@ FLAG_SCHEMA = pa.schema([
     ("flags", pa.list_(pa.string())), ("brightness", pa.float32()), ("contrast", pa.float32()),
     ("blur", pa.float32()),
 ])
+LABEL_ERROR_SCHEMA = pa.schema([
+    ("key", pa.string()), ("source", pa.string()), ("split", pa.string()), ("label", pa.string()),
+    ("neighbour_label", pa.string()), ("share", pa.float32()), ("neighbours", pa.int32()),
+])
 
 
 def write_file(path: str, data: bytes) -> None:
@@ -61,10 +65,10 @@ def read_signals(layout: QualityLayout, names: list[str], csv_order: dict[str, i
     return table.take(pa.array(np.argsort(positions, kind="stable")))
 
 
-def read_pairs(layout: QualityLayout) -> list[tuple[str, str, int]]:
-    """The pairs the pairs pipeline wrote: (key_a, key_b, distance)."""
+def read_pairs(layout: QualityLayout, glob: str | None = None) -> list[tuple[str, str, int]]:
+    """The pairs the pairs pipeline wrote (by hash, or those under `glob`): (key_a, key_b, distance)."""
     pairs = []
-    for match in FileSystems.match([layout.pairs_glob])[0].metadata_list:
+    for match in FileSystems.match([glob or layout.pairs_glob])[0].metadata_list:
         with FileSystems.open(match.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             for line in f.read().decode("ascii").splitlines():
                 a, b, distance = line.split()
@@ -88,12 +92,13 @@ class Findings:
     summary: dict[str, Any]
     groups_table: pa.Table
     flags_table: pa.Table
+    label_errors_table: pa.Table
     clean_csv: str
     report: str
 
 
 def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], names: list[str],
-            failed_rows: int) -> Findings:
+            failed_rows: int, prediction_files: list[str] = ()) -> Findings:
     """Groups, flags, clean split, report and summary from the signals and pairs on disk."""
     job_config = job_manifest["config"]
     columns = csv_rows.CsvColumns(**job_config["columns"])
@@ -108,8 +113,19 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
                                             table.column("digest_lo").to_pylist(), strict=True)))
     position = {key: i for i, key in enumerate(images.keys)}
     pairs = read_pairs(layout)
-    found = groups.find_groups(images, [(position[a], position[b]) for a, b, _ in pairs
-                                        if a in position and b in position])
+    edges = [(position[a], position[b]) for a, b, _ in pairs if a in position and b in position]
+    embedding_pairs, suspects = [], []
+    if prediction_files:
+        from beam_pipeline.quality import embedding_pairs as by_embedding
+
+        candidates = read_pairs(layout, layout.embedding_pairs_prefix + "*")
+        neighbours = by_embedding.verified_neighbours([(a, b) for a, b, _ in candidates], list(prediction_files),
+                                                      max(config.embedding_distance, config.label_error_distance))
+        embedding_pairs = [(a, b) for a, b, d in neighbours if d <= config.embedding_distance]
+        edges += [(position[a], position[b]) for a, b in embedding_pairs if a in position and b in position]
+        suspects = by_embedding.suspected_label_errors(
+            [n for n in neighbours if n[2] <= config.label_error_distance], dict(zip(images.keys, images.labels)))
+    found = groups.find_groups(images, edges)
     moves = clean_split.chosen_splits(images, found)
     clean_csv, clean_rows = clean_split.clean_split_csv(csv_path, columns, moves)
 
@@ -139,6 +155,9 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
         "flags": [per_image[i] for i in flagged],
         **{name: numbers[name][flagged].astype(np.float32) for name in numbers}}, schema=FLAG_SCHEMA)
     by_flag = {name: sum(name in per_image[i] for i in flagged) for name in health.FLAGS}
+    suspect_rows = [dict(s, source=col["source"][position[s["key"]]], split=images.splits[position[s["key"]]])
+                    for s in suspects if s["key"] in position]
+    label_errors_table = pa.Table.from_pylist(suspect_rows, schema=LABEL_ERROR_SCHEMA)
 
     summary = {
         "images": len(images.keys), "rows_failed": failed_rows + job_manifest.get("failed", 0),
@@ -146,20 +165,22 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
         "images_in_groups": sum(len(g.members) for g in found),
         "duplicate_images": sum(len(g.members) - 1 for g in found),
         "leaking_groups": sum(g.leak for g in found), "label_conflict_groups": sum(g.conflict for g in found),
-        "suspected_label_errors": None,  # Needs embeddings (--predictions_dir): not implemented yet.
+        "suspected_label_errors": len(suspect_rows) if prediction_files else None,  # None: no embeddings.
+        "embedding_pairs": len(embedding_pairs) if prediction_files else None,
         "flagged_images": len(flagged), "flagged_by_flag": by_flag,
         "near_pairs": len(pairs), "oversized_buckets": read_oversized(layout),
         "clean_split": {"rows": clean_rows, "rows_moved": len(moves)},
         "thresholds": config.thresholds(),
         "input_dir": config.input_dir, "input_csv": csv_path,
     }
-    report = _report(config, job_manifest, images, col, found, per_image, flagged, summary, moves)
-    return Findings(summary, groups_table, flags_table, clean_csv, report)
+    report = _report(config, job_manifest, images, col, found, per_image, flagged, summary, moves,
+                     [position[s["key"]] for s in suspect_rows], suspect_rows)
+    return Findings(summary, groups_table, flags_table, label_errors_table, clean_csv, report)
 
 
 def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, col: dict[str, list[Any]],
             found: list[groups.Group], per_image: list[list[str]], flagged: list[int], summary: dict[str, Any],
-            moves: dict[str, str]) -> str:
+            moves: dict[str, str], suspect_positions: list[int], suspect_rows: list[dict[str, Any]]) -> str:
     from beam_pipeline.quality.thumbnails import thumbnails
 
     top, shown = config.report_top, config.report_images
@@ -169,6 +190,7 @@ def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, co
     flag_lists = {name: [i for i in flagged if name in per_image[i]][:top] for name in summary["flagged_by_flag"]}
     wanted = {m for g in leaks + conflicts + largest for m in g.members[:shown]}
     wanted |= {i for lists in flag_lists.values() for i in lists}
+    wanted |= set(suspect_positions[:top])
     preprocess = features.PreprocessConfig.from_dict(job_manifest["config"]["preprocess"])
     uris = thumbnails(OutputLayout(config.input_dir), preprocess,
                       [(col["shard"][i], col["index"][i]) for i in wanted])
@@ -197,6 +219,14 @@ def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, co
         report_html.Section("groups", "Duplicate groups", len(found), "groups", [group_entry(g) for g in largest],
                             "Largest first; full list in duplicate_groups.parquet."),
     ]
+    if summary["suspected_label_errors"] is not None:
+        entries = [report_html.Entry(col["source"][i], [("conflict", f"neighbours say {row['neighbour_label']}"
+                                                         f" ({row['share']:.0%} of {row['neighbours']})")],
+                                     [figure(i)]) for i, row in list(zip(suspect_positions, suspect_rows,
+                                                                          strict=True))[:top]]
+        sections.append(report_html.Section("label-errors", "Suspected label errors",
+                                            summary["suspected_label_errors"], "images", entries,
+                                            "Images whose embedding neighbours mostly carry another label."))
     for name, members in flag_lists.items():
         entries = [report_html.Entry(col["source"][i], [("", flag) for flag in per_image[i]], [figure(i)])
                    for i in members]
@@ -213,6 +243,7 @@ def write_findings(layout: QualityLayout, findings: Findings) -> None:
     """Writes every report file, summary.json last."""
     write_file(layout.path(layout.DUPLICATE_GROUPS_FILE), _parquet(findings.groups_table))
     write_file(layout.path(layout.IMAGE_FLAGS_FILE), _parquet(findings.flags_table))
+    write_file(layout.path(layout.LABEL_ERRORS_FILE), _parquet(findings.label_errors_table))
     write_file(layout.path(layout.CLEAN_SPLIT_FILE), findings.clean_csv.encode("utf-8"))
     write_file(layout.path(layout.REPORT_FILE), findings.report.encode("utf-8"))
     write_file(layout.path(layout.SUMMARY_FILE),
@@ -229,6 +260,8 @@ def format_summary(summary: dict[str, Any], layout: QualityLayout) -> str:
         f"Cross-split leaks: {summary['leaking_groups']} groups; label conflicts: "
         f"{summary['label_conflict_groups']} groups",
         f"Flagged images: {summary['flagged_images']} ({flags})",
+        *([f"Suspected label errors: {summary['suspected_label_errors']}; near pairs by embedding: "
+           f"{summary['embedding_pairs']}"] if summary.get("suspected_label_errors") is not None else []),
         f"Clean split: {summary['clean_split']['rows']} rows, {summary['clean_split']['rows_moved']} moved, in "
         f"{layout.path(layout.CLEAN_SPLIT_FILE)}",
         f"Report: {layout.path(layout.REPORT_FILE)}",

@@ -18,6 +18,7 @@ class QualityLauncher(Launcher[QualityLayout]):
         super().__init__(layout, beam_args, pipeline_options, config)
         self.config = config
         self.job_manifest: dict[str, Any] | None = None
+        self.predictions_manifest: dict[str, Any] | None = None
 
     def first_step(self) -> str:
         return f"reading the job output {self.config.input_dir}"
@@ -33,16 +34,50 @@ class QualityLauncher(Launcher[QualityLayout]):
         if self.config.input_dir.rstrip("/") == self.config.output_dir.rstrip("/"):
             raise Refused("--output_dir is the job's own folder: choose another one (the job's output is never "
                           "written to)")
+        if self.config.predictions_dir:
+            self.check_predictions()
         csv_path = self.job_manifest["config"]["input_csv"]
         step.now(f"reading the job's CSV {csv_path}")
         # The clean split rewrites this CSV: refused now, naming the line, if it cannot be read.
         csv_rows.summarize_csv(csv_path, csv_rows.CsvColumns(**self.job_manifest["config"]["columns"]))
 
-    def fingerprint(self) -> dict[str, Any]:
-        """The configuration and the job's shards' checksums: the same input, the same thresholds."""
+    def input_sha256(self) -> str:
+        """The job's shards' checksums, hashed as the predict job names its input (its dataset id's source)."""
         shards = [(s["file"], s.get("sha256")) for s in self.job_manifest["shards"]]
-        return {"config": self.config.to_dict(),
-                "input_sha256": hashlib.sha256(json.dumps(shards).encode()).hexdigest()}
+        return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+
+    def check_predictions(self) -> None:
+        """The predictions must be of this job output and hold embeddings; Refused otherwise."""
+        from tf_serving_input.layout import PredictionLayout
+
+        try:
+            manifest = PredictionLayout(self.config.predictions_dir).load_manifest()
+        except FileNotFoundError as error:
+            raise Refused(str(error)) from None
+        expected = hashlib.sha256(f"job\0{self.input_sha256()}".encode()).hexdigest()[:16]
+        if manifest.get("dataset", {}).get("id") != expected:
+            raise Refused(f"{self.config.predictions_dir} holds predictions of another input than "
+                          f"{self.config.input_dir}: run the predict job with --input_dir {self.config.input_dir}")
+        if not manifest.get("model", {}).get("embedding_size"):
+            raise Refused(f"{self.config.predictions_dir} holds no embeddings (an export without an embedding "
+                          "layer): drop --predictions_dir or predict with an export that has one")
+        self.predictions_manifest = manifest
+
+    def prediction_files(self) -> list[str]:
+        """The predictions' Parquet shards (empty without --predictions_dir)."""
+        from tf_serving_input.layout import PredictionLayout
+
+        if self.predictions_manifest is None:
+            return []
+        layout = PredictionLayout(self.config.predictions_dir)
+        return [layout.path(shard["file"]) for shard in self.predictions_manifest["shards"]]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The configuration and the inputs' checksums: the same input, the same thresholds."""
+        predictions = ([(s["file"], s.get("sha256")) for s in self.predictions_manifest["shards"]]
+                       if self.predictions_manifest else None)
+        return {"config": self.config.to_dict(), "input_sha256": self.input_sha256(),
+                "predictions_sha256": predictions and hashlib.sha256(json.dumps(predictions).encode()).hexdigest()}
 
     def locked(self, step: Any, run_log: Any) -> int:
         """A finished run of the same input and thresholds is a no-op; otherwise prepare (resume) and run."""
@@ -94,10 +129,12 @@ class QualityLauncher(Launcher[QualityLayout]):
             lambda pipeline: build_pairs_pipeline(pipeline, layout, [layout.shard_file(n) for n in names],
                                                   config.hash_distance, config.hash_band_bits, config.hash_band_step,
                                                   config.max_bucket,
-                                                  config.near_constant_contrast))
+                                                  config.near_constant_contrast, self.prediction_files(),
+                                                  config.embedding_hash_distance))
         step.now(f"writing the findings to {layout.root}")
         summary_counts, failures = report.summarize_statuses(statuses)
-        found = findings.analyze(config, layout, self.job_manifest, names, summary_counts["failed"])
+        found = findings.analyze(config, layout, self.job_manifest, names, summary_counts["failed"],
+                                 self.prediction_files())
         findings.write_findings(layout, found)
         manifest = {
             "rows": summary_counts["rows"], "measured": summary_counts["written"],

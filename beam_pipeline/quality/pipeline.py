@@ -69,8 +69,12 @@ def format_oversized(bucket: tuple[int, int]) -> str:
 
 def build_pairs_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, signal_files: list[str],
                          max_distance: int, band_bits: int, band_step: int, max_bucket: int,
-                         min_contrast: float) -> None:
-    """Adds the pair-finding steps over the signals files; pairs and oversized buckets as text files."""
+                         min_contrast: float, prediction_files: list[str] = (),
+                         embedding_hash_distance: int = 16) -> None:
+    """Adds the pair-finding steps over the signals files; pairs and oversized buckets as text files.
+
+    With `prediction_files` (the predict job's shards), candidate pairs by embedding signature as well.
+    """
     find = FindHashPairs(max_distance, band_bits, band_step, max_bucket)
     found = (pipeline
              | "SignalFiles" >> beam.Create(signal_files)
@@ -90,3 +94,19 @@ def build_pairs_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, signal_
          # "band value size"
          | "WriteOversized" >> beam.io.WriteToText(layout.path(layout.PAIRS_DIR, "oversized"),
                                                    file_name_suffix=".txt"))
+    if not prediction_files:
+        return
+    from beam_pipeline.quality.embedding_pairs import ReadEmbeddingHashes
+
+    _ = (pipeline
+         | "PredictionFiles" >> beam.Create(list(prediction_files))
+         # path of a predictions shard
+         | "SpreadPredictionFiles" >> beam.Reshuffle()
+         # path
+         | "ReadEmbeddingHashes" >> beam.ParDo(ReadEmbeddingHashes())
+         # (key id, embedding signature)
+         | "FindEmbeddingPairs" >> FindHashPairs(embedding_hash_distance, band_bits, band_step, max_bucket)
+         # (key id a, key id b, signature distance)
+         | "FormatEmbeddingPairs" >> beam.Map(format_pair)
+         # "key_a key_b distance"
+         | "WriteEmbeddingPairs" >> beam.io.WriteToText(layout.embedding_pairs_prefix, file_name_suffix=".txt"))

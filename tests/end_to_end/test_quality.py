@@ -236,3 +236,39 @@ def test_the_thumbnail_is_the_stored_image(finished):
 
     pixels = [np.asarray(Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1])))) for src in page.images]
     assert any(abs(float(p.mean()) - 120) < 2 and p.std() < 2 for p in pixels)
+
+
+def test_predictions_add_embedding_pairs_and_label_errors(job, tmp_path):
+    import scaleout
+
+    _, _, _, out = job
+    export = scaleout.export_small_model(out, tmp_path / "export", size=64)
+    assert export
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    predicted = subprocess.run(scaleout.predict_command(tmp_path / "export", out, tmp_path / "predictions"),
+                               capture_output=True, text=True, env=env, timeout=600)
+    assert predicted.returncode == 0, predicted.stderr
+    quality_out = tmp_path / "quality"
+    done = quality("--input_dir", out, "--output_dir", quality_out, "--predictions_dir", tmp_path / "predictions")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((quality_out / "summary.json").read_text())
+    assert summary["embedding_pairs"] >= 4  # At least the identical pictures: a, b and d with their copies, flat.
+    assert summary["suspected_label_errors"] is not None
+    assert summary["thresholds"]["embedding_distance"] == 0.05
+    errors = pq.read_table(quality_out / "suspected_label_errors.parquet")
+    assert errors.num_rows == summary["suspected_label_errors"]
+    groups, _ = groups_by_source(quality_out)
+    assert frozenset({"images/a.jpg", "images/a_copy.jpg"}) in {frozenset(g) for g in groups}
+    # Predictions of another input (here: a job output whose shards' checksums differ) are refused before any work.
+    import shutil
+
+    other_job = tmp_path / "other_job"
+    shutil.copytree(out, other_job)
+    manifest = json.loads((other_job / "manifest.json").read_text())
+    manifest["shards"][0]["sha256"] = "0" * 64
+    (other_job / "manifest.json").write_text(json.dumps(manifest))
+    other = quality("--input_dir", other_job, "--output_dir", tmp_path / "q2",
+                    "--predictions_dir", tmp_path / "predictions")
+    assert other.returncode == 2
+    assert "holds predictions of another input" in other.stderr and len(other.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "q2" / "signals").exists()

@@ -85,3 +85,28 @@ def test_the_report_escapes_hostile_text_and_shows_control_characters():
     text = "".join(parsed.data)
     assert 'a\\x00b\\n<script>x</script> "q" & ü' in text
     assert "3 groups (top 1 shown)" in text and "and 2 more" in text
+
+
+def test_simhash_bits_track_the_angle():
+    from beam_pipeline.quality.embedding_pairs import simhash
+    from beam_pipeline.quality.pairs import as_unsigned, hamming
+
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal(64)
+    near = base + 0.1 * rng.standard_normal(64)
+    far = rng.standard_normal(64)
+    vectors = np.stack([base, base * 3, near, far]) / 1.0
+    distances = hamming(as_unsigned(simhash(vectors))[0], as_unsigned(simhash(vectors))).tolist()
+    assert distances[:2] == [0, 0]  # The sign of a hyperplane product does not depend on the length.
+    assert distances[2] <= 8 < 20 <= distances[3]
+
+
+def test_suspected_label_errors_need_most_neighbours_to_agree_on_another_label():
+    from beam_pipeline.quality.embedding_pairs import suspected_label_errors
+
+    labels = {"x": "cat", "a": "dog", "b": "dog", "c": "dog", "d": "cat", "y": "cat", "e": "dog", "f": ""}
+    neighbours = [("x", "a", 0.1), ("x", "b", 0.1), ("x", "c", 0.1), ("x", "d", 0.1),  # 3 of 4 say dog.
+                  ("y", "e", 0.1), ("y", "d", 0.1), ("y", "f", 0.1)]  # Too few labelled neighbours (2).
+    suspects = suspected_label_errors(neighbours, labels)
+    assert [s["key"] for s in suspects] == ["x"]
+    assert suspects[0]["neighbour_label"] == "dog" and suspects[0]["share"] == 0.75 and suspects[0]["neighbours"] == 4
