@@ -234,6 +234,9 @@ def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, co
                                             "images", entries))
     rows = [(name, summary[name]) for name in ("images", "exact_groups", "near_groups", "images_in_groups",
                                                "leaking_groups", "label_conflict_groups", "flagged_images")]
+    if summary["suspected_label_errors"] is not None:
+        rows += [("suspected_label_errors", summary["suspected_label_errors"]),
+                 ("near pairs by embedding", summary["embedding_pairs"])]
     rows += [("rows moved by clean_split.csv", summary["clean_split"]["rows_moved"]),
              ("thresholds", json.dumps(summary["thresholds"]))]
     return report_html.render(f"Dataset quality: {config.input_dir}", rows, sections)
