@@ -272,3 +272,27 @@ def test_predictions_add_embedding_pairs_and_label_errors(job, tmp_path):
     assert other.returncode == 2
     assert "holds predictions of another input" in other.stderr and len(other.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "q2" / "signals").exists()
+
+
+def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_path):
+    import shutil
+
+    _, _, _, out = job
+    damaged = tmp_path / "damaged_job"
+    shutil.copytree(out, damaged)
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    shard = next(s for s in manifest["shards"] if s["records"] > 0)
+    path = damaged / shard["file"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40  # One flipped bit inside a record: its CRC and the SHA-256 catch it.
+    path.write_bytes(bytes(data))
+    quality_out = tmp_path / "quality"
+    done = quality("--input_dir", damaged, "--output_dir", quality_out)
+    assert done.returncode == 1  # More than --max_error_rate of the rows could not be measured.
+    assert "rows failed" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    errors = [json.loads(line) for line in (quality_out / "errors.jsonl").read_text().splitlines()]
+    assert len(errors) == shard["records"]
+    assert {e["reason"] for e in errors} == {"input_shard_damaged"}
+    assert all(shard["file"] in e["detail"] for e in errors)
+    summary = json.loads((quality_out / "summary.json").read_text())
+    assert summary["images"] == 11 - shard["records"] and summary["rows_failed"] == shard["records"]
