@@ -2,7 +2,7 @@
 
 Each subcommand is its job's own command line, with its own `--help`. The
 commands from before keep working: `python -m beam_pipeline --input_csv ...`
-(no subcommand: preprocess) and `python -m beam_pipeline.predict|search|inspect|database|ui`.
+(no subcommand: preprocess) and `python -m beam_pipeline.predict|search|quality|inspect|database|ui`.
 Nothing heavy is imported until a subcommand is chosen.
 """
 
@@ -21,6 +21,8 @@ SUBCOMMANDS = {
                 "run a serving export over every image -> Parquet -> PostgreSQL + pgvector"),
     "search": ("beam_pipeline.search.cli", "the stored images nearest a query image or key"),
     "db": ("beam_pipeline.database.server", "the embedded PostgreSQL server: start | stop | status | psql | url"),
+    "quality": ("beam_pipeline.quality.cli",
+                "duplicates, cross-split leaks, label conflicts, flagged images of a job output -> report"),
     "ui": ("beam_pipeline.ui.cli", "a local web UI over a run: gallery, failures, search by upload, quality"),
 }
 

@@ -2,7 +2,9 @@
 # Sets up .venv if needed, runs the Beam job on the bundled sample dataset into output/sample and
 # shows what it wrote (summary + contact sheet), trains and exports a classifier, then runs the
 # predict job over every image into an embedded PostgreSQL + pgvector (data in output/postgres) and
-# searches it once (contact sheet in output/sample/search.png); ends with the command that opens the web UI.
+# searches it once (contact sheet in output/sample/search.png); then the quality job on the sample output
+# (duplicate groups, cross-split leaks, a clean split and output/sample_quality/report.html); ends with the
+# command that opens the web UI.
 set -euo pipefail
 source "$(dirname "$0")/_venv.sh" ""
 CSV=sample_data/sample.csv
@@ -25,6 +27,12 @@ echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
     --database embedded --database_dir output/postgres --table sample \
     --image sample_data/images/cat/cat_000.jpg -k 8 --contact_sheet "$OUT/search.png"
 echo "Query the database yourself: .venv/bin/beam-image-pipeline db psql --database_dir output/postgres"
+# Dataset quality: the sample set is crops of four photographs, so many near-duplicate groups are expected,
+# and some span train and validation (clean_split.csv moves them into one split).
+echo "Dataset quality of $OUT (the sample images are crops of four photographs: expect many near-duplicates):"
+.venv/bin/beam-image-pipeline quality --input_dir "$OUT" --output_dir output/sample_quality --overwrite
+echo "Summary: output/sample_quality/summary.json; open the report offline: output/sample_quality/report.html"
 echo "Browse the run in the web UI (on http://127.0.0.1:8080/, loopback only; Ctrl-C stops it):"
 echo "  .venv/bin/beam-image-pipeline ui --input_dir $OUT --predictions_dir output/sample_predictions \\"
-echo "      --model_dir $OUT/serving_model --database embedded --database_dir output/postgres --table sample --open"
+echo "      --model_dir $OUT/serving_model --database embedded --database_dir output/postgres --table sample \\"
+echo "      --quality_dir output/sample_quality --open"

@@ -155,6 +155,16 @@ class RunFolder:
         """Globs of the temporary files attempts leave while writing (stale once no run holds the lock)."""
         return [self.path(folder, "*" + TEMP_SUFFIX) for folder in (self.DATA_DIR, self.STATUS_DIR)]
 
+    @classmethod
+    def entries(cls) -> tuple[str, ...]:
+        """Every top-level name a run writes: what --overwrite removes (each kind of folder lists its own)."""
+        raise NotImplementedError
+
+    @classmethod
+    def kept_on_resume(cls) -> tuple[str, ...]:
+        """What a resumed run keeps (each kind of folder lists its own)."""
+        raise NotImplementedError
+
     def load_manifest(self) -> dict[str, Any]:
         """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
         if not _exists(self.manifest_file):
@@ -221,4 +231,50 @@ class PredictionLayout(RunFolder):
     @classmethod
     def kept_on_resume(cls) -> tuple[str, ...]:
         """What a resumed run keeps: finished shards and their status files."""
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE)
+
+
+class QualityLayout(RunFolder):
+    """The quality job's --output_dir: per-shard signals, the pairs found, and the reports (README "Quality")."""
+
+    DATA_DIR = "signals"  # signals/{job shard stem}.parquet: one row per image of that job shard.
+    SHARD_SUFFIX = ".parquet"
+    PAIRS_DIR = "pairs"  # pairs/pairs-*: the pair-finding pipeline's text output, "key_a key_b distance" a line.
+    DUPLICATE_GROUPS_FILE = "duplicate_groups.parquet"
+    IMAGE_FLAGS_FILE = "image_flags.parquet"
+    SUMMARY_FILE = "summary.json"
+    CLEAN_SPLIT_FILE = "clean_split.csv"
+    REPORT_FILE = "report.html"
+    LABEL_ERRORS_FILE = "suspected_label_errors.parquet"  # Empty without --predictions_dir.
+
+    @property
+    def pairs_prefix(self) -> str:
+        """The file prefix the pair-finding pipeline writes under (one or more text files)."""
+        return self.path(self.PAIRS_DIR, "pairs")
+
+    @property
+    def pairs_glob(self) -> str:
+        """A glob matching every file of the pairs found."""
+        return self.pairs_prefix + "*"
+
+    @property
+    def embedding_pairs_prefix(self) -> str:
+        """The file prefix of the candidate pairs by embedding signature (with --predictions_dir)."""
+        return self.path(self.PAIRS_DIR, "embedding")
+
+    @classmethod
+    def reports(cls) -> tuple[str, ...]:
+        """The end-of-run files, written last: each is complete once its name exists (written then renamed)."""
+        return (cls.DUPLICATE_GROUPS_FILE, cls.IMAGE_FLAGS_FILE, cls.LABEL_ERRORS_FILE, cls.CLEAN_SPLIT_FILE,
+                cls.REPORT_FILE, cls.SUMMARY_FILE)
+
+    @classmethod
+    def entries(cls) -> tuple[str, ...]:
+        """Every top-level name a run writes (logs/ and the lock stay)."""
+        return (cls.DATA_DIR, cls.STATUS_DIR, cls.PAIRS_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE,
+                *cls.reports())
+
+    @classmethod
+    def kept_on_resume(cls) -> tuple[str, ...]:
+        """What a resumed run keeps: finished signal shards and their status files (verified before reuse)."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.RUN_FILE)

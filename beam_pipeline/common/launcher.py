@@ -26,10 +26,10 @@ if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_pipeline.common.run_errors import RunLog, Step
-    from tf_serving_input.layout import OutputLayout, PredictionLayout
+    from tf_serving_input.layout import RunFolder
 
-# The job's output folder: a preprocess job's OutputLayout or a predict job's PredictionLayout.
-LayoutT = TypeVar("LayoutT", bound="OutputLayout | PredictionLayout")
+# The job's output folder: one of the layouts in tf_serving_input.layout (OutputLayout, PredictionLayout, ...).
+LayoutT = TypeVar("LayoutT", bound="RunFolder")
 
 # How many problem names a one-line error lists before "...".
 MAX_LISTED = 10

@@ -13,14 +13,14 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.common.files import read_json, write_json
 
 if TYPE_CHECKING:
-    from tf_serving_input.layout import OutputLayout, PredictionLayout
+    from tf_serving_input.layout import RunFolder
 
 
 class OutputDirError(RuntimeError):
     """The output folder cannot be used as asked."""
 
 
-def prepare(layout: OutputLayout | PredictionLayout, fingerprint: dict[str, Any], overwrite: bool) -> int:
+def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> int:
     """Makes the folder ready; returns how many finished shards an earlier identical run left.
 
     An earlier run with the same `fingerprint` (its run file) is resumed: its

@@ -168,6 +168,12 @@ def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[Row
     Blank lines are skipped; extra columns are ignored; a row shorter than the
     header gets '' for the missing fields (an empty path then fails that row).
     """
+    for row, _ in iter_rows_with_cells(csv_path, columns):
+        yield row
+
+
+def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[tuple[Row, list[str]]]:
+    """`iter_rows`, each `Row` with the CSV cells it came from (to write the CSV back with a column changed)."""
     try:
         raw = _open(csv_path)
     except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
@@ -200,7 +206,7 @@ def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[Row
                     continue  # Blank line.
                 row = _make_row(csv_path, cells, line, index, path_at, label_at, split_at)
                 index += 1
-                yield row
+                yield row, cells
         except csv.Error as error:
             raise CsvError(f"{csv_path}: line {start_line}: malformed CSV: {error}") from None
 

@@ -163,8 +163,8 @@ class PredictLauncher(Launcher):
         """(config for the pipeline, RecordShards or None, expected shard names, rows per split)."""
         import dataclasses
 
+        from beam_pipeline.common.job_shards import record_shards
         from beam_pipeline.common.rows import all_shard_keys, shard_counts_for
-        from beam_pipeline.predict.pipeline import record_shards
         from tf_serving_input.layout import OutputLayout, shard_name
 
         config = self.config

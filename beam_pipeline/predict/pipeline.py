@@ -13,7 +13,6 @@ writer fails the bundle, naming the shard, rather than write it incomplete.
 """
 
 import dataclasses
-import hashlib
 import os
 import time
 
@@ -23,12 +22,13 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 
 from beam_pipeline.common import rows as csv_source
-from beam_pipeline.common.records import DamagedRecords, read_records
+from beam_pipeline.common.job_shards import damaged_shard
+from beam_pipeline.common.records import read_records
 from beam_pipeline.common.rows import failure_record, read_image_bytes
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from beam_pipeline.predict.inference import EMPTY_SHARD, ExportModelHandler, RowRef
 from tf_serving_input import failures, features
-from tf_serving_input.layout import PredictionLayout, shard_name, shard_stem
+from tf_serving_input.layout import PredictionLayout, shard_name
 
 # A prediction shard's status says so when its input shard failed verification: it is redone on resume.
 INPUT_DAMAGED = "input_damaged"
@@ -42,77 +42,6 @@ class ModelSpec:
     input_name: str
     vocabulary: list
     embedding_size: int
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordShard:
-    """An input shard of the preprocessing job: its output name, split, file, record count and checksum."""
-
-    name: str
-    split: str
-    path: str
-    rows: int
-    file: str = ""  # As the job's manifest names it (relative to the job's folder), for messages.
-    bytes: int = None
-    sha256: str = None
-
-
-def record_shards(job_layout, job_manifest):
-    """The RecordShards of a job's output, from its manifest."""
-    return [RecordShard(name=shard_stem(shard["file"]), split=shard["split"],
-                        path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
-                        bytes=shard.get("bytes"), sha256=shard.get("sha256"))
-            for shard in job_manifest["shards"]]
-
-
-class _HashingReader:
-    """A file object's reads, counted and hashed on the way."""
-
-    def __init__(self, stream):
-        self._stream = stream
-        self.sha256 = hashlib.sha256()
-        self.bytes = 0
-
-    def read(self, size):
-        data = self._stream.read(size)
-        self.sha256.update(data)
-        self.bytes += len(data)
-        return data
-
-
-def damaged_shard(shard):
-    """Why a job's shard cannot be trusted (a RowFailure for each of its rows), or None when it verifies.
-
-    One streaming pass: the file's size and SHA-256 against the job's manifest, and every
-    record's framing CRCs, so that a changed byte (a key, a pixel, a length) is never predicted.
-    """
-    where = f"job shard {shard.file or shard.path}"
-    try:
-        with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            reader = _HashingReader(f)
-            count = 0
-            try:
-                for _ in read_records(reader):
-                    count += 1
-                problem = None
-            except DamagedRecords as error:
-                problem = f"{where} is {error}"
-            while reader.read(1 << 20):
-                pass  # The rest of the file still counts for its size and checksum.
-    except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
-        return failures.RowFailure(failures.INPUT_SHARD_DAMAGED, f"{where} cannot be read: {error}")
-    if shard.bytes is not None and reader.bytes < shard.bytes:
-        problem = f"{where} is truncated: {reader.bytes} of the {shard.bytes} bytes the job's manifest records"
-    elif shard.bytes is not None and reader.bytes != shard.bytes:
-        problem = f"{where} has {reader.bytes} bytes, not the {shard.bytes} the job's manifest records"
-    elif shard.sha256 is not None and reader.sha256.hexdigest() != shard.sha256:
-        problem = f"{where} does not match the SHA-256 in the job's manifest (a changed byte)"
-    elif problem is None and count != shard.rows:
-        problem = f"{where} holds {count} records, not the {shard.rows} the job's manifest records"
-    if problem is None:
-        return None
-    return failures.RowFailure(failures.INPUT_SHARD_DAMAGED,
-                               f"{problem}; rerun the preprocessing job (the same command) to rewrite it")
 
 
 def _batches(items, batch_size):

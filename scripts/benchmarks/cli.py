@@ -6,7 +6,20 @@ import os
 import sys
 import time
 
-from benchmarks import data, end_to_end, job, predict, reader, report, search, shrink, stages, storage, ui
+from benchmarks import (
+    data,
+    end_to_end,
+    job,
+    predict,
+    quality,
+    reader,
+    report,
+    search,
+    shrink,
+    stages,
+    storage,
+    ui,
+)
 from benchmarks.harness import REPO, MachineShare, Results, tree_cpu_seconds
 
 
@@ -33,6 +46,8 @@ def parse_args(argv, description):
     parser.add_argument("--memory_factor", type=int, default=10, help="Rows of the larger runs / --images.")
     parser.add_argument("--seconds", type=float, default=6.0, help="Time per tf.data throughput measurement.")
     parser.add_argument("--search_vectors", type=int, default=100_000, help="Vectors in the search index.")
+    parser.add_argument("--quality_hashes", type=int, default=100_000,
+                        help="Synthetic hashes of the quality pair-finding run; the larger run has 10x as many.")
     parser.add_argument("--repetitions", type=int, default=3,
                         help="Interleaved repetitions of each baseline/subject pair (3 or more for a result; "
                              "fewer only for smoke runs, which the report marks).")
@@ -77,6 +92,7 @@ def main(argv=None, description=None):
         end_to_end.measure(bench, image_set, jobs[image_set.name])
     shrink.measure(bench, large)
     stages.measure(bench, (heavy, light))
+    quality.measure(bench)
 
     from beam_pipeline.database.server import EmbeddedServer
 

@@ -44,6 +44,10 @@ MEANING = {
     "ui_search_p99_ms": "web UI search by upload, 99th percentile latency (ms)",
     "ui_thumbnail_p50_ms": "web UI thumbnail of a stored image not asked for before (GET /image/KEY), median (ms)",
     "ui_overview_50_answered": "fraction of 50 concurrent overview requests the web UI answered 200",
+    "quality_pairs_time_10x": "quality job's pair finding (banded GroupByKey), 10 N vs N synthetic hashes (time)",
+    "quality_pairs_peak_rss_gib": "peak RSS (GiB) of that pair finding on 10 N hashes, in one process",
+    "quality_recall": "planted near-duplicates of real photos found (every transformation class)",
+    "quality_precision": "pairs found that are true duplicates (distinct photos kept apart)",
 }
 
 

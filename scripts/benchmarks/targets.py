@@ -28,6 +28,10 @@ TARGETS = {
     "ui_search_p99_ms": None,
     "ui_thumbnail_p50_ms": None,
     "ui_overview_50_answered": (1.0, True),  # Every one of 50 concurrent overview requests answered.
+    "quality_pairs_time_10x": (12.0, False),  # Issue 22: 10x the hashes in at most 12x the time.
+    "quality_pairs_peak_rss_gib": (2.0, False),
+    "quality_recall": (0.95, True),
+    "quality_precision": (0.98, True),
 }
 
 

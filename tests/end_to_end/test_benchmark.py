@@ -21,7 +21,8 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path):
     # tests/scripts/test_benchmark_harness.py checks the repetitions' bookkeeping.
     result = subprocess.run(
         [sys.executable, SCRIPT, "--images", "24", "--large_images", "3", "--memory_factor", "2",
-         "--seconds", "0.3", "--search_vectors", "300", "--repetitions", "1", "--workdir", str(tmp_path / "work"),
+         "--seconds", "0.3", "--search_vectors", "300", "--quality_hashes", "10000", "--repetitions", "1",
+         "--workdir", str(tmp_path / "work"),
          "--docs_dir", str(tmp_path / "docs")],
         capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]

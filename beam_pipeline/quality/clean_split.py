@@ -1,0 +1,49 @@
+"""clean_split.csv: the job's input CSV again, every row once, with splits moved so no group spans two.
+
+How a group's split is chosen: the split most of its members are in (fewest rows move); a tie goes to the
+split of the group's first member in CSV order. Rows in no group, and rows the job failed to read (no
+signals, so in no group), keep their split.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from beam_pipeline.common import rows as csv_rows
+from beam_pipeline.quality.groups import Group, Images
+
+
+def chosen_splits(images: Images, groups: list[Group]) -> dict[str, str]:
+    """key -> the split it moves to, for every member of a group that spans splits and is not in it already."""
+    moves = {}
+    for group in groups:
+        if not group.leak:
+            continue
+        counts: dict[str, int] = {}
+        for member in group.members:
+            counts[images.splits[member]] = counts.get(images.splits[member], 0) + 1
+        first_split = images.splits[group.members[0]]
+        best = max(counts.items(), key=lambda item: (item[1], item[0] == first_split))[0]
+        for member in group.members:
+            if images.splits[member] != best:
+                moves[images.keys[member]] = best
+    return moves
+
+
+def clean_split_csv(csv_path: str, columns: csv_rows.CsvColumns, moves: dict[str, str]) -> tuple[str, int]:
+    """(the CSV text with moved rows' split cells changed, rows written); the header's column order is kept."""
+    header = csv_rows.read_header(csv_path)
+    split_at = header.index(columns.split) if columns.split in header else None
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    written = 0
+    for row, cells in csv_rows.iter_rows_with_cells(csv_path, columns):
+        cells = list(cells)
+        if split_at is not None and row.key in moves:
+            cells += [""] * (split_at + 1 - len(cells))
+            cells[split_at] = moves[row.key]
+        writer.writerow(cells)
+        written += 1
+    return out.getvalue(), written

@@ -1,0 +1,163 @@
+"""The quality job: `beam-image-pipeline quality --input_dir JOB_OUTPUT --output_dir QUALITY_OUT`.
+
+Reads a finished preprocessing job's records, computes per-image signals in TensorFlow (a DCT perceptual
+hash, an exact pixel digest, brightness, contrast, blur), finds exact and near-duplicate groups without
+comparing all pairs (banded hashing on a GroupByKey), and writes duplicate_groups.parquet,
+image_flags.parquet, summary.json, clean_split.csv and report.html (README "Quality"). Same run-folder
+guarantees as the other jobs; every Beam option passes through.
+
+Flags are parsed before Beam or TensorFlow is imported: `--help` answers at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+from beam_pipeline.common import flags
+
+PROG = "beam-image-pipeline quality"
+
+
+@dataclasses.dataclass(frozen=True)
+class QualityConfig:
+    """Everything the quality job needs besides Beam's own options (the thresholds are recorded in summary.json)."""
+
+    input_dir: str
+    output_dir: str
+    predictions_dir: str | None = None
+    embedding_distance: float = 0.05
+    label_error_distance: float = 0.15
+    embedding_hash_distance: int = 16
+    hash_distance: int = 10
+    hash_band_bits: int = 14
+    hash_band_step: int = 5
+    max_bucket: int = 2000
+    near_constant_contrast: float = 4.0
+    dark_brightness: float = 30.0
+    bright_brightness: float = 225.0
+    blur_variance: float = 30.0
+    report_top: int = 20
+    report_images: int = 8
+    overwrite: bool = False
+    progress: bool = True
+    max_error_rate: float = 0.01
+
+    def thresholds(self) -> dict[str, Any]:
+        """The thresholds, as summary.json records them."""
+        names = ("hash_distance", "hash_band_bits", "hash_band_step", "max_bucket", "near_constant_contrast",
+                 "dark_brightness", "bright_brightness", "blur_variance")
+        values = {name: getattr(self, name) for name in names}
+        if self.predictions_dir:
+            values.update(embedding_distance=self.embedding_distance, label_error_distance=self.label_error_distance,
+                          embedding_hash_distance=self.embedding_hash_distance)
+        return values
+
+    def to_dict(self) -> dict[str, Any]:
+        """What makes two runs the same run (run.json): the input and every threshold."""
+        from tf_serving_input.layout import LAYOUT_VERSION
+
+        return {"layout_version": LAYOUT_VERSION, "input_dir": self.input_dir, "predictions_dir": self.predictions_dir,
+                **self.thresholds(),
+                "report_top": self.report_top, "report_images": self.report_images}
+
+
+def build_parser(prog: str = PROG) -> Any:
+    """The quality job's own flags; anything else goes to Beam."""
+    parser = flags.new_parser(
+        prog=prog,
+        description=(
+            "Find exact and near-duplicate images, cross-split leaks, label conflicts and broken-looking images "
+            "in a finished preprocessing job's output, from its stored records. Writes duplicate_groups.parquet, "
+            "image_flags.parquet, summary.json, clean_split.csv (the job's CSV with splits moved so that no "
+            "duplicate group spans two) and report.html. Any Beam pipeline option passes through; the default "
+            f"runner is {flags.DEFAULT_RUNNER} with one worker per core."))
+    parser.add_argument("--input_dir", required=True, help="A finished preprocessing job's --output_dir.")
+    parser.add_argument("--output_dir", required=True, help="Folder for the quality outputs (QUALITY_OUT).")
+    parser.add_argument("--predictions_dir", default=None,
+                        help="The predict job's --output_dir for this job output: its embeddings add near-duplicate "
+                             "pairs by cosine distance and find suspected label errors.")
+    parser.add_argument("--embedding_distance", type=float, default=0.05,
+                        help="With --predictions_dir: images whose embeddings are within this cosine distance are "
+                             "near-duplicates.")
+    parser.add_argument("--label_error_distance", type=float, default=0.15,
+                        help="With --predictions_dir: embeddings within this cosine distance are neighbours; an image "
+                             "whose labelled neighbours (3 or more) mostly carry one other label is a suspected "
+                             "label error.")
+    parser.add_argument("--embedding_hash_distance", type=int, default=16,
+                        help="With --predictions_dir: candidate pairs are proposed when their 64-bit random-"
+                             "hyperplane signatures differ in at most this many bits (about 64 x angle / pi), then "
+                             "verified by the real cosine.")
+    parser.add_argument("--hash_distance", type=int, default=10,
+                        help="Two images are near-duplicates when their 64-bit perceptual hashes differ in at most "
+                             "this many bits.")
+    parser.add_argument("--hash_band_bits", type=int, default=14,
+                        help="Bits of each band of the hash that pairs are looked for in (1-32): images meet when "
+                             "one band of theirs is equal. Narrower bands find more pairs far apart, at up to "
+                             "quadratic work at a million images (README \"Quality\").")
+    parser.add_argument("--hash_band_step", type=int, default=5,
+                        help="A band starts every this many bits (overlapping bands when below --hash_band_bits). "
+                             "Pairs within (non-overlapping bands - 1) bits are found for certain: 3 with the "
+                             "defaults; further pairs when one band is untouched (measured, README).")
+    parser.add_argument("--max_bucket", type=int, default=2000,
+                        help="A band bucket with more images than this pairs only identical hashes (no all-pairs "
+                             "comparison); summary.json counts such buckets.")
+    parser.add_argument("--near_constant_contrast", type=float, default=4.0,
+                        help="Flag 'near_constant' below this standard deviation of the gray level (0-255); "
+                             "such images are left out of the near-duplicate search (they all hash alike).")
+    parser.add_argument("--dark_brightness", type=float, default=30.0,
+                        help="Flag 'dark' below this mean gray level (0-255).")
+    parser.add_argument("--bright_brightness", type=float, default=225.0,
+                        help="Flag 'bright' above this mean gray level (0-255).")
+    parser.add_argument("--blur_variance", type=float, default=30.0,
+                        help="Flag 'blurry' below this variance of the Laplacian of the stored gray image.")
+    parser.add_argument("--report_top", type=int, default=20,
+                        help="Groups or images report.html shows per section (the Parquet files list all).")
+    parser.add_argument("--report_images", type=int, default=8, help="Thumbnails report.html shows per group.")
+    flags.add_run_flags(parser)
+    return parser
+
+
+def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[str]]:
+    """Returns (QualityConfig, Beam arguments); exits with usage on bad flags."""
+    parser = build_parser(prog)
+    args, beam_args = parser.parse_known_args(argv)
+    flags.refuse_stray_words(parser, beam_args)
+    flags.check_run_flags(parser, args)
+    if not 0 <= args.hash_distance <= 64:
+        parser.error("--hash_distance must be in 0..64")
+    if not 1 <= args.hash_band_bits <= 32 or args.hash_band_step < 1:
+        parser.error("--hash_band_bits must be in 1..32 and --hash_band_step >= 1")
+    if args.max_bucket < 2 or args.report_top < 0 or args.report_images < 1:
+        parser.error("--max_bucket must be >= 2, --report_top >= 0 and --report_images >= 1")
+    local = flags.absolute_if_local
+    config = QualityConfig(
+        input_dir=local(args.input_dir), output_dir=local(args.output_dir),
+        predictions_dir=args.predictions_dir and local(args.predictions_dir),
+        embedding_distance=args.embedding_distance, label_error_distance=args.label_error_distance,
+        embedding_hash_distance=args.embedding_hash_distance, hash_distance=args.hash_distance,
+        hash_band_bits=args.hash_band_bits, hash_band_step=args.hash_band_step, max_bucket=args.max_bucket,
+        near_constant_contrast=args.near_constant_contrast,
+        dark_brightness=args.dark_brightness, bright_brightness=args.bright_brightness,
+        blur_variance=args.blur_variance, report_top=args.report_top, report_images=args.report_images,
+        overwrite=args.overwrite, progress=args.progress, max_error_rate=args.max_error_rate)
+    return config, flags.with_local_defaults(beam_args)
+
+
+def run(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """Runs the quality job; returns the exit code (0 ok, 1 failed, 2 refused before any work)."""
+    config, beam_args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+
+    from beam_pipeline.common.launcher import beam_options
+    from beam_pipeline.quality.launcher import QualityLauncher
+    from tf_serving_input.layout import QualityLayout
+
+    return QualityLauncher(config, beam_args, beam_options(beam_args), QualityLayout(config.output_dir)).execute()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    from beam_pipeline.common.launcher import console_main
+
+    console_main(run)

@@ -1,0 +1,149 @@
+"""What the quality command does around its pipelines: check the job output, signals, pairs, findings."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from typing import Any
+
+from beam_pipeline.common.launcher import Launcher, Refused
+from tf_serving_input.layout import QualityLayout
+
+
+class QualityLauncher(Launcher[QualityLayout]):
+    """The quality job's run: the shared skeleton (lock, resume, one-line errors) plus its two pipelines."""
+
+    def __init__(self, config: Any, beam_args: list[str], pipeline_options: Any, layout: QualityLayout) -> None:
+        super().__init__(layout, beam_args, pipeline_options, config)
+        self.config = config
+        self.job_manifest: dict[str, Any] | None = None
+        self.predictions_manifest: dict[str, Any] | None = None
+
+    def first_step(self) -> str:
+        return f"reading the job output {self.config.input_dir}"
+
+    def check(self, step: Any) -> None:
+        from beam_pipeline.common import rows as csv_rows
+        from tf_serving_input.layout import OutputLayout
+
+        try:
+            self.job_manifest = OutputLayout(self.config.input_dir).load_manifest()
+        except FileNotFoundError as error:
+            raise Refused(str(error)) from None
+        if self.config.input_dir.rstrip("/") == self.config.output_dir.rstrip("/"):
+            raise Refused("--output_dir is the job's own folder: choose another one (the job's output is never "
+                          "written to)")
+        if self.config.predictions_dir:
+            self.check_predictions()
+        csv_path = self.job_manifest["config"]["input_csv"]
+        step.now(f"reading the job's CSV {csv_path}")
+        # The clean split rewrites this CSV: refused now, naming the line, if it cannot be read.
+        csv_rows.summarize_csv(csv_path, csv_rows.CsvColumns(**self.job_manifest["config"]["columns"]))
+
+    def input_sha256(self) -> str:
+        """The job's shards' checksums, hashed as the predict job names its input (its dataset id's source)."""
+        shards = [(s["file"], s.get("sha256")) for s in self.job_manifest["shards"]]
+        return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+
+    def check_predictions(self) -> None:
+        """The predictions must be of this job output and hold embeddings; Refused otherwise."""
+        from tf_serving_input.layout import PredictionLayout
+
+        try:
+            manifest = PredictionLayout(self.config.predictions_dir).load_manifest()
+        except FileNotFoundError as error:
+            raise Refused(str(error)) from None
+        expected = hashlib.sha256(f"job\0{self.input_sha256()}".encode()).hexdigest()[:16]
+        if manifest.get("dataset", {}).get("id") != expected:
+            raise Refused(f"{self.config.predictions_dir} holds predictions of another input than "
+                          f"{self.config.input_dir}: run the predict job with --input_dir {self.config.input_dir}")
+        if not manifest.get("model", {}).get("embedding_size"):
+            raise Refused(f"{self.config.predictions_dir} holds no embeddings (an export without an embedding "
+                          "layer): drop --predictions_dir or predict with an export that has one")
+        self.predictions_manifest = manifest
+
+    def prediction_files(self) -> list[str]:
+        """The predictions' Parquet shards (empty without --predictions_dir)."""
+        from tf_serving_input.layout import PredictionLayout
+
+        if self.predictions_manifest is None:
+            return []
+        layout = PredictionLayout(self.config.predictions_dir)
+        return [layout.path(shard["file"]) for shard in self.predictions_manifest["shards"]]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The configuration and the inputs' checksums: the same input, the same thresholds."""
+        predictions = ([(s["file"], s.get("sha256")) for s in self.predictions_manifest["shards"]]
+                       if self.predictions_manifest else None)
+        return {"config": self.config.to_dict(), "input_sha256": self.input_sha256(),
+                "predictions_sha256": predictions and hashlib.sha256(json.dumps(predictions).encode()).hexdigest()}
+
+    def locked(self, step: Any, run_log: Any) -> int:
+        """A finished run of the same input and thresholds is a no-op; otherwise prepare (resume) and run."""
+        from apache_beam.io.filesystems import FileSystems
+
+        from beam_pipeline.common.files import read_json
+        from beam_pipeline.quality.findings import format_summary
+
+        layout = self.layout
+        finished = [layout.path(name) for name in (*layout.reports(), layout.MANIFEST_FILE)]
+        if (not self.config.overwrite and all(FileSystems.exists(path) for path in finished)
+                and read_json(layout.run_file) == self.fingerprint()):
+            manifest = layout.load_manifest()
+            print(f"Nothing to do: {layout.root} already holds this run's finished output (same input and "
+                  "thresholds); pass --overwrite to redo it", flush=True)
+            print(format_summary(manifest["summary"], layout), flush=True)
+            return 0
+        return super().locked(step, run_log)
+
+    def run(self, finished_earlier: int, step: Any, run_log: Any) -> int:
+        from apache_beam.io.filesystems import FileSystems
+
+        from beam_pipeline.common import report
+        from beam_pipeline.common.job_shards import record_shards
+        from beam_pipeline.quality import findings
+        from beam_pipeline.quality.pipeline import build_pairs_pipeline, build_signals_pipeline
+        from tf_serving_input.layout import OutputLayout
+
+        config, layout = self.config, self.layout
+        shards = record_shards(OutputLayout(config.input_dir), self.job_manifest)
+        names = [shard.name for shard in shards]
+        total = sum(shard.rows for shard in shards)
+        self.announce(f"Measuring {total} images of {config.input_dir} ({len(shards)} shards); writing to "
+                      f"{config.output_dir}", finished_earlier)
+        preprocess = self.job_manifest["config"]["preprocess"]
+        signal_seconds = self.run_pipeline(
+            step, run_log, f"computing signals into {layout.data_dir}",
+            lambda pipeline: build_signals_pipeline(pipeline, config.output_dir, preprocess, shards),
+            len(shards), total)
+        statuses = self.verified_statuses(step, names)
+        if statuses is None:
+            return 1
+        if FileSystems.exists(layout.path(layout.PAIRS_DIR)):  # Left by a killed run: the pairs are redone.
+            FileSystems.delete([layout.path(layout.PAIRS_DIR)])
+        print(f"Finding pairs within {config.hash_distance} bits (bands of {config.hash_band_bits} bits every "
+              f"{config.hash_band_step})", flush=True)
+        pair_seconds = self.run_pipeline(
+            step, run_log, f"finding near-duplicate pairs into {layout.path(layout.PAIRS_DIR)}",
+            lambda pipeline: build_pairs_pipeline(pipeline, layout, [layout.shard_file(n) for n in names],
+                                                  config.hash_distance, config.hash_band_bits, config.hash_band_step,
+                                                  config.max_bucket,
+                                                  config.near_constant_contrast, self.prediction_files(),
+                                                  config.embedding_hash_distance))
+        step.now(f"writing the findings to {layout.root}")
+        summary_counts, failures = report.summarize_statuses(statuses)
+        found = findings.analyze(config, layout, self.job_manifest, names, summary_counts["failed"],
+                                 self.prediction_files())
+        findings.write_findings(layout, found)
+        manifest = {
+            "rows": summary_counts["rows"], "measured": summary_counts["written"],
+            "failed": summary_counts["failed"], "failed_by_reason": summary_counts["failed_by_reason"],
+            "shards": summary_counts["shards"], "summary": found.summary, "config": config.to_dict(),
+            "seconds": {"signals": round(signal_seconds, 3), "pairs": round(pair_seconds, 3)},
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "versions": report.library_versions(),
+        }
+        report.write_outputs(layout, manifest, failures)
+        print(findings.format_summary(found.summary, layout), flush=True)
+        return self.error_budget_code(manifest)

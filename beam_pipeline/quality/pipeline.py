@@ -1,0 +1,112 @@
+"""Assembles the quality job's two pipelines.
+
+    signals:  RecordShard -> ComputeShardSignals -> signals/{shard}.parquet (pixels never leave the worker)
+    pairs:    signals files -> ReadHashes (id, hash) -> FindHashPairs (band GroupByKey) -> pairs/pairs-*
+              "key_a key_b distance" lines
+
+The pairs pipeline reads only the key and hash columns: what crosses its shuffle is two integers an image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import apache_beam as beam
+
+from beam_pipeline.common.job_shards import RecordShard
+from beam_pipeline.quality.pairs import FindHashPairs, signed
+from beam_pipeline.quality.signal_shards import ComputeShardSignals, read_table
+from tf_serving_input.layout import QualityLayout
+
+
+def key_id(key: str) -> int:
+    """A row key (16 hex digits) as the signed 64-bit integer that crosses the shuffle."""
+    return signed(int(key, 16))
+
+
+def id_key(value: int) -> str:
+    """The inverse of `key_id`."""
+    return f"{value & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def build_signals_pipeline(pipeline: beam.Pipeline, output_dir: str, preprocess: dict,
+                           shards: list[RecordShard]) -> None:
+    """Adds the signals steps: one signals file per job shard."""
+    _ = (pipeline
+         | "ShardTasks" >> beam.Create(shards)
+         # RecordShard
+         | "SpreadShards" >> beam.Reshuffle()
+         # RecordShard, one worker each
+         | "ComputeSignals" >> beam.ParDo(ComputeShardSignals(output_dir, preprocess)))
+         # status dict of each written shard
+
+
+class ReadHashes(beam.DoFn):
+    """A signals file -> (key id, hash) of each image that is not near-constant (see pairs: huge buckets)."""
+
+    def __init__(self, min_contrast: float) -> None:
+        self._min_contrast = min_contrast
+
+    def process(self, path: str) -> Iterator[tuple[int, int]]:
+        table = read_table(path, ["key", "phash", "contrast"])
+        for key, phash, contrast in zip(*(table.column(name).to_pylist() for name in table.column_names),
+                                        strict=True):
+            if contrast >= self._min_contrast:
+                yield key_id(key), phash
+
+
+def format_pair(pair: tuple[int, int, int]) -> str:
+    """(id_a, id_b, distance) -> 'key_a key_b distance'."""
+    a, b, distance = pair
+    return f"{id_key(a)} {id_key(b)} {distance}"
+
+
+def format_oversized(bucket: tuple[int, int]) -> str:
+    """(band key, size) -> 'band value size'."""
+    key, size = bucket
+    return f"{key >> 32} {key & 0xFFFFFFFF} {size}"
+
+
+def build_pairs_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, signal_files: list[str],
+                         max_distance: int, band_bits: int, band_step: int, max_bucket: int,
+                         min_contrast: float, prediction_files: list[str] = (),
+                         embedding_hash_distance: int = 16) -> None:
+    """Adds the pair-finding steps over the signals files; pairs and oversized buckets as text files.
+
+    With `prediction_files` (the predict job's shards), candidate pairs by embedding signature as well.
+    """
+    find = FindHashPairs(max_distance, band_bits, band_step, max_bucket)
+    found = (pipeline
+             | "SignalFiles" >> beam.Create(signal_files)
+             # path of a signals file
+             | "SpreadFiles" >> beam.Reshuffle()
+             # path
+             | "ReadHashes" >> beam.ParDo(ReadHashes(min_contrast))
+             # (key id, hash)
+             | "FindPairs" >> find)
+             # (key id a, key id b, distance)
+    _ = (found
+         | "FormatPairs" >> beam.Map(format_pair)
+         # "key_a key_b distance"
+         | "WritePairs" >> beam.io.WriteToText(layout.pairs_prefix, file_name_suffix=".txt"))
+    _ = (find.oversized
+         | "FormatOversized" >> beam.Map(format_oversized)
+         # "band value size"
+         | "WriteOversized" >> beam.io.WriteToText(layout.path(layout.PAIRS_DIR, "oversized"),
+                                                   file_name_suffix=".txt"))
+    if not prediction_files:
+        return
+    from beam_pipeline.quality.embedding_pairs import ReadEmbeddingHashes
+
+    _ = (pipeline
+         | "PredictionFiles" >> beam.Create(list(prediction_files))
+         # path of a predictions shard
+         | "SpreadPredictionFiles" >> beam.Reshuffle()
+         # path
+         | "ReadEmbeddingHashes" >> beam.ParDo(ReadEmbeddingHashes())
+         # (key id, embedding signature)
+         | "FindEmbeddingPairs" >> FindHashPairs(embedding_hash_distance, band_bits, band_step, max_bucket)
+         # (key id a, key id b, signature distance)
+         | "FormatEmbeddingPairs" >> beam.Map(format_pair)
+         # "key_a key_b distance"
+         | "WriteEmbeddingPairs" >> beam.io.WriteToText(layout.embedding_pairs_prefix, file_name_suffix=".txt"))

@@ -1,0 +1,121 @@
+"""One Parquet file of signals per job shard: read the shard's records, decode them through CODECS, compute.
+
+    signals/{job shard stem}.parquet  (SCHEMA; one row per record, in the shard's order) + shards/{stem}.json
+
+The shard is verified first (size, SHA-256, record CRCs against the job's manifest): a damaged one gets no
+signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_pipeline.common.job_shards import RecordShard, damaged_shard
+from beam_pipeline.common.records import read_records
+from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
+from tf_serving_input import features
+from tf_serving_input.layout import QualityLayout
+
+BATCH = 64  # Records decoded and measured per TensorFlow call.
+
+SCHEMA = pa.schema([
+    ("key", pa.string()), ("source", pa.string()), ("split", pa.string()), ("label", pa.string()),
+    ("shard", pa.string()), ("index", pa.int32()),  # Where the stored image is: for the report's thumbnails.
+    ("phash", pa.int64()),  # The 64 hash bits as a signed integer.
+    ("digest_hi", pa.int64()), ("digest_lo", pa.int64()),
+    ("brightness", pa.float32()), ("contrast", pa.float32()), ("blur", pa.float32()),
+])
+TEXT = {"key": features.IMAGE_KEY, "source": features.IMAGE_SOURCE, "label": features.LABEL_TEXT}
+NUMBERS = ("phash", "digest_hi", "digest_lo", "brightness", "contrast", "blur")
+
+
+def measure(records: list[bytes], preprocess: features.PreprocessConfig) -> dict[str, list[Any]]:
+    """Serialized records -> their text features and signals, column by column (decoded via CODECS)."""
+    import tensorflow as tf
+
+    from beam_pipeline.quality.signals import image_signals_graph
+    from tf_serving_input.codecs import parse_records
+
+    columns: dict[str, list[Any]] = {name: [] for name in (*TEXT, *NUMBERS)}
+    for start in range(0, len(records), BATCH):
+        batch = tf.constant(records[start:start + BATCH])
+        extra = {name: tf.io.FixedLenFeature([], tf.string, default_value="") for name in TEXT.values()}
+        images, parsed = parse_records(batch, preprocess, **extra)
+        for name, feature in TEXT.items():
+            columns[name] += [value.decode("utf-8") for value in parsed[feature].numpy().tolist()]
+        signals = image_signals_graph(images)
+        for name in NUMBERS:
+            columns[name] += signals[name].numpy().tolist()
+    return columns
+
+
+def signals_table(shard: RecordShard, columns: dict[str, list[Any]]) -> pa.Table:
+    """The Parquet table of one shard's signals (SCHEMA)."""
+    count = len(columns["key"])
+    return pa.table({**{name: columns[name] for name in (*TEXT, *NUMBERS)},
+                     "split": [shard.split] * count, "shard": [shard.name] * count,
+                     "index": list(range(count))}).select(SCHEMA.names).cast(SCHEMA)
+
+
+def to_parquet_bytes(table: pa.Table) -> bytes:
+    """A table's Parquet bytes (zstd; the same bytes for the same table)."""
+    out = io.BytesIO()
+    pq.write_table(table, out, compression="zstd")
+    return out.getvalue()
+
+
+def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A signals file read back (any Beam filesystem)."""
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return pq.read_table(io.BytesIO(f.read()), columns=columns)
+
+
+class ComputeShardSignals(beam.DoFn):
+    """RecordShard -> its signals file and status (published together); the status dict."""
+
+    def __init__(self, output_dir: str, preprocess: dict[str, Any]) -> None:
+        self._layout = QualityLayout(output_dir)
+        self._preprocess = preprocess
+
+    def process(self, shard: RecordShard) -> Iterator[dict[str, Any]]:
+        from beam_pipeline.common.rows import failure_record
+
+        started = time.time()
+        finished = read_verified(self._layout, shard.name, shard.rows)
+        if finished:
+            yield finished[0]
+            return
+        failed: list[dict[str, Any]] = []
+        records: list[bytes] = []
+        damage = damaged_shard(shard)
+        if damage is not None:
+            failed = [failure_record(_ShardRow(shard, index), damage) for index in range(shard.rows)]
+        else:
+            with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                records = list(read_records(f))
+        columns = measure(records, features.PreprocessConfig.from_dict(self._preprocess))
+        with ShardFileWriter(self._layout, shard.name) as out:
+            out.write(to_parquet_bytes(signals_table(shard, columns)), records=len(records))
+            yield out.publish({"split": shard.split, "rows": shard.rows, "failed": failed,
+                               "started": round(started, 3), "seconds": round(time.time() - started, 3),
+                               "worker_pid": os.getpid()})
+
+
+class _ShardRow:
+    """What errors.jsonl names of a row of a damaged shard: the shard and the record's place in it."""
+
+    def __init__(self, shard: RecordShard, index: int) -> None:
+        self.source = f"{shard.file or shard.path}#{index}"
+        self.key = ""
+        self.line = 0
+        self.split = shard.split

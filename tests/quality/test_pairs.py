@@ -1,0 +1,107 @@
+"""Banded pair finding against brute force, in a real Beam pipeline (TestPipeline + assert_that)."""
+
+import apache_beam as beam
+import numpy as np
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from beam_pipeline.quality import pairs
+
+
+def planted_hashes(count, planted, max_flips, seed=0):
+    """(ids, uint64 hashes): `count` random hashes, then `planted` copies with 0..max_flips bits flipped."""
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2**63, size=count, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, count,
+                                                                                                dtype=np.uint64)
+    copies = []
+    for _ in range(planted):
+        value = int(hashes[rng.integers(count)])
+        for bit in rng.choice(64, size=rng.integers(0, max_flips + 1), replace=False):
+            value ^= 1 << int(bit)
+        copies.append(value)
+    hashes = np.concatenate([hashes, np.array(copies, dtype=np.uint64)])
+    # Ids spread over the whole signed range, as keys of 16 hex digits are.
+    ids = (np.arange(len(hashes), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)).view(np.int64)
+    return ids, hashes
+
+
+def run_find(ids, hashes, max_distance, width, step, max_bucket=10_000):
+    expected = pairs.brute_force_pairs(ids, hashes, max_distance)
+    with TestPipeline() as pipeline:
+        found = (pipeline
+                 | "Hashes" >> beam.Create(list(zip(ids.tolist(), pairs.as_signed(hashes).tolist(), strict=True)))
+                 | "Find" >> pairs.FindHashPairs(max_distance, width, step, max_bucket))
+        assert_that(found, equal_to(sorted(expected)))
+    return expected
+
+
+@pytest.mark.parametrize(("width", "step", "bands", "guaranteed"),
+                         [(16, 16, 4, 3), (11, 11, 6, 4), (14, 5, 11, 3), (32, 32, 2, 1), (14, 14, 5, 3)])
+def test_bands_cover_every_bit(width, step, bands, guaranteed):
+    found = pairs.band_bits(width, step)
+    assert len(found) == bands and all(len(band) == width for band in found)
+    assert sorted({bit for band in found for bit in band}) == list(range(64))
+    assert pairs.guaranteed_distance(width, step) == guaranteed
+
+
+def test_band_values_round_trip_the_bits():
+    hashes = np.array([0, 2**64 - 1, 0x8000000000000001, 0x0123456789ABCDEF], dtype=np.uint64)
+    bands = pairs.band_bits(11, 11)
+    values = pairs.band_values(hashes, bands)
+    for h, row in zip(hashes.tolist(), values.tolist(), strict=True):
+        rebuilt = 0
+        for bits, value in zip(bands, row, strict=True):
+            for j, bit in enumerate(bits):
+                rebuilt |= ((value >> j) & 1) << bit
+        assert rebuilt == h
+
+
+@pytest.mark.parametrize(("width", "step"), [(16, 16), (11, 11), (14, 5)])
+def test_pairs_equal_brute_force_within_the_guaranteed_distance(width, step):
+    # Every pair within the guaranteed distance shares a band: the banded search must find exactly brute force's.
+    distance = pairs.guaranteed_distance(width, step)
+    ids, hashes = planted_hashes(3000, 300, max_flips=distance)
+    expected = run_find(ids, hashes, distance, width, step)
+    assert len(expected) >= 250  # The planted pairs are there to be found (some copies draw 0 flips).
+
+
+def test_pairs_beyond_the_pigeonhole_distance_are_true_pairs_only():
+    ids, hashes = planted_hashes(2000, 200, max_flips=12, seed=3)
+    expected = pairs.brute_force_pairs(ids, hashes, 12)
+    banded = set()
+    bands = pairs.band_bits(11, 11)
+    for band in range(len(bands)):  # The union over buckets, as the pipeline builds it, without Beam.
+        values = pairs.band_values(hashes, bands)[:, band]
+        for value in np.unique(values):
+            members = values == value
+            banded |= set(pairs.bucket_pairs(ids[members], hashes[members], 12, 10_000))
+    assert banded <= expected
+    assert len(banded) >= 0.8 * len(expected)
+
+
+def test_an_oversized_bucket_pairs_only_identical_hashes():
+    # 50 identical hashes and 50 one-bit variants in one bucket: over max_bucket only the identical ones pair.
+    base = 0x0F0F0F0F0F0F0F0F
+    hashes = np.array([base] * 50 + [base ^ (1 << 63)] * 50, dtype=np.uint64)
+    ids = np.arange(100, dtype=np.int64)
+    found = set(pairs.bucket_pairs(ids, hashes, 4, max_bucket=20))
+    assert len(found) == 49 + 49 and all(d == 0 for _, _, d in found)
+    assert found == {(0, i, 0) for i in range(1, 50)} | {(50, i, 0) for i in range(51, 100)}
+    assert len(set(pairs.bucket_pairs(ids, hashes, 4, max_bucket=200))) == 100 * 99 // 2
+
+
+def test_far_pairs_through_the_pipeline_are_a_subset_of_brute_force():
+    ids, hashes = planted_hashes(2000, 200, max_flips=10, seed=5)
+    expected = pairs.brute_force_pairs(ids, hashes, 10)
+    with TestPipeline() as pipeline:
+        found = (pipeline
+                 | "Hashes" >> beam.Create(list(zip(ids.tolist(), pairs.as_signed(hashes).tolist(), strict=True)))
+                 | "Find" >> pairs.FindHashPairs(10, 14, 5, 10_000))
+
+        def check(actual):
+            actual = set(actual)
+            assert actual <= expected, actual - expected
+            assert len(actual) >= 0.5 * len(expected)
+
+        assert_that(found, check)
