@@ -1,10 +1,11 @@
 """A small real run for the UI's tests: job + export + predict into a PostgreSQL, a quality folder, the UI server.
 
 - `build_run(folder, database_url)`: 16 sample photos (4 per class; one photo listed twice, in train and in
-  validation: a duplicate that leaks across splits) plus a missing file and a text file (two failures), through
-  the job (32 px, in this process), a small exported classifier, and the predict command line into the server.
-- `write_quality_folder(folder, job_dir)`: the quality job's documented output (issue 22), made here with pyarrow
-  until that job is merged. The ONE place that makes it: swap its body for a run of the quality job.
+  validation: a duplicate that leaks across splits; another listed again under another label: a label
+  conflict) plus a missing file and a text file (two failures), through the job (32 px, in this process), a
+  small exported classifier, and the predict command line into the server.
+- `write_quality_folder(folder, job_dir)`: the real quality job's output over that job output, and what it
+  found, read back from its Parquet independently of the UI.
 - `start_ui(*flags, log_path)`: the UI's command line on a free port, as a server process; `stop_ui`.
 """
 
@@ -38,6 +39,7 @@ def build_run(folder, database_url):
     photos = sample_photos()
     rows = [[path, label, "validation" if i % 4 == 3 else "train"] for i, (path, label) in enumerate(photos)]
     rows.append([photos[0][0], photos[0][1], "validation"])  # The duplicate.
+    rows.append([photos[5][0], "rocket", "train"])  # A coffee photo again, labelled rocket: a label conflict.
     (folder / "notes.txt").write_text("this is no image\n")
     rows.append([str(folder / "notes.txt"), "cat", "train"])
     rows.append([str(folder / "missing.jpg"), "rocket", "train"])
@@ -47,7 +49,7 @@ def build_run(folder, database_url):
                     str(SIZE), "--image_format", "png", "--num_shards", "2", "--max_error_rate", "0.5",
                     "--no_progress", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]) == 0
     manifest = json.loads((job_dir / "manifest.json").read_text())
-    assert manifest["written"] == len(photos) + 1 and manifest["failed"] == 2, manifest
+    assert manifest["written"] == len(photos) + 2 and manifest["failed"] == 2, manifest
     export_dir = scaleout.export_small_model(job_dir, folder / "export", size=SIZE)
     predictions = folder / "predictions"
     result = scaleout.predict("--model_dir", export_dir, "--input_dir", job_dir, "--output_dir", predictions,
@@ -58,30 +60,28 @@ def build_run(folder, database_url):
 
 
 def write_quality_folder(folder, job_dir):
-    """QUALITY_OUT as issue 22 documents it, for the job output `job_dir`: the duplicate (a leak), a label
-    conflict and flagged images. Returns the folder and what it holds (keys of the groups, flagged keys)."""
-    import pyarrow as pa
+    """The quality job (its real command line, in this process) over `job_dir`, into `folder`, with a blur
+    threshold high enough that some of the 32 px images are flagged blurry (none is dark or constant).
+    Returns the folder and what it found: keys of a leaking group, of a label-conflict group and of the
+    flagged images, and the counts, read from its Parquet files."""
     import pyarrow.parquet as pq
 
-    rows = _job_rows(job_dir)
-    duplicate = [row for row in rows if row["source"] == sample_photos()[0][0]]  # Its two rows.
-    conflict = [next(r for r in rows if r["label"] == "coffee"), next(r for r in rows if r["label"] == "rocket")]
-    groups = []
-    for group, (members, match) in enumerate([(duplicate, "exact"), (conflict, "near")]):
-        for member in members:
-            groups.append({"group": group, "key": member["key"], "source": member["source"],
-                           "split": member["split"], "label": member["label"], "match": match,
-                           "distance": 0.0 if match == "exact" else 0.04})
-    flagged = [{"key": rows[5]["key"], "source": rows[5]["source"], "split": rows[5]["split"],
-                "label": rows[5]["label"], "flags": ["low_contrast"], "numbers": json.dumps({"contrast": 3.5})}]
-    folder.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(groups), folder / "duplicate_groups.parquet")
-    pq.write_table(pa.Table.from_pylist(flagged), folder / "image_flags.parquet")
-    (folder / "summary.json").write_text(json.dumps({
-        "images": len(rows), "groups": 2, "exact_groups": 1, "near_groups": 1, "leaks": 1, "label_conflicts": 1,
-        "flagged": 1, "near_threshold": 0.05}))
-    return folder, {"leak": [m["key"] for m in duplicate], "conflict": [m["key"] for m in conflict],
-                    "flagged": [flagged[0]["key"]]}
+    from beam_pipeline.quality import cli as quality
+
+    assert quality.run(["--input_dir", str(job_dir), "--output_dir", str(folder), "--blur_variance", "400",
+                        "--no_progress", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]) == 0
+    groups = {}
+    for row in pq.read_table(folder / "duplicate_groups.parquet").to_pylist():
+        groups.setdefault(row["group"], []).append(row)
+    leaks = [members for members in groups.values() if len({m["split"] for m in members}) > 1]
+    conflicts = [members for members in groups.values() if len({m["label"] for m in members}) > 1]
+    flagged = pq.read_table(folder / "image_flags.parquet").to_pylist()
+    assert leaks and conflicts and flagged, (len(leaks), len(conflicts), len(flagged))
+    return folder, {"leak": [m["key"] for m in leaks[0]], "conflict": [m["key"] for m in conflicts[0]],
+                    "flagged": [row["key"] for row in flagged], "groups": len(groups), "leaks": len(leaks),
+                    "conflicts": len(conflicts), "group_images": sum(map(len, groups.values())),
+                    "leak_images": sum(map(len, leaks)), "conflict_images": sum(map(len, conflicts)),
+                    "flag_names": sorted({flag for row in flagged for flag in row["flags"]})}
 
 
 def _job_rows(job_dir):

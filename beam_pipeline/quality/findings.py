@@ -18,27 +18,12 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common import rows as csv_rows
+from beam_pipeline.common.quality_outputs import FLAG_SCHEMA, GROUP_SCHEMA, LABEL_ERROR_SCHEMA
 from beam_pipeline.quality import clean_split, groups, health, report_html
 from beam_pipeline.quality.pairs import as_unsigned
 from beam_pipeline.quality.signal_shards import read_table
 from tf_serving_input import features
 from tf_serving_input.layout import OutputLayout, QualityLayout, temp_path
-
-GROUP_SCHEMA = pa.schema([
-    ("group", pa.int64()), ("key", pa.string()), ("source", pa.string()), ("split", pa.string()),
-    ("label", pa.string()), ("match", pa.string()), ("distance", pa.int32()), ("group_size", pa.int32()),
-    ("group_match", pa.string()), ("leak", pa.bool_()), ("label_conflict", pa.bool_()),
-    ("clean_split", pa.string()),
-])
-FLAG_SCHEMA = pa.schema([
-    ("key", pa.string()), ("source", pa.string()), ("split", pa.string()), ("label", pa.string()),
-    ("flags", pa.list_(pa.string())), ("brightness", pa.float32()), ("contrast", pa.float32()),
-    ("blur", pa.float32()),
-])
-LABEL_ERROR_SCHEMA = pa.schema([
-    ("key", pa.string()), ("source", pa.string()), ("split", pa.string()), ("label", pa.string()),
-    ("neighbour_label", pa.string()), ("share", pa.float32()), ("neighbours", pa.int32()),
-])
 
 
 def write_file(path: str, data: bytes) -> None:

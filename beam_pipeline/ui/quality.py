@@ -1,8 +1,9 @@
-"""The quality job's folder (issue 22), read by its documented columns only.
+"""The quality job's folder (README "Quality"), read by the columns `common/quality_outputs.py` owns.
 
     QUALITY_OUT/duplicate_groups.parquet  one row per image in a group: group, key, source, split, label,
-                                          match ('exact' | 'near'), distance
-    QUALITY_OUT/image_flags.parquet       one row per flagged image: key, source, split, label, flags, numbers
+                                          match ('exact' | 'near'), distance (hash bits to the first member)
+    QUALITY_OUT/image_flags.parquet       one row per flagged image: key, source, split, label, flags and the
+                                          numbers they were judged by (brightness, contrast, blur)
     QUALITY_OUT/summary.json              counts and thresholds
 
 A leak is a group whose images are in more than one split; a label conflict one whose images carry more
@@ -17,11 +18,14 @@ import json
 import os
 from typing import Any
 
-GROUPS_FILE = "duplicate_groups.parquet"
-FLAGS_FILE = "image_flags.parquet"
-SUMMARY_FILE = "summary.json"
+from beam_pipeline.common.quality_outputs import FLAG_NUMBERS
+from tf_serving_input.layout import QualityLayout
+
+GROUPS_FILE = QualityLayout.DUPLICATE_GROUPS_FILE
+FLAGS_FILE = QualityLayout.IMAGE_FLAGS_FILE
+SUMMARY_FILE = QualityLayout.SUMMARY_FILE
 GROUP_COLUMNS = ["group", "key", "source", "split", "label", "match", "distance"]
-FLAG_COLUMNS = ["key", "source", "split", "label", "flags", "numbers"]
+FLAG_COLUMNS = ["key", "source", "split", "label", "flags", *FLAG_NUMBERS]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -68,6 +72,8 @@ class QualityRun:
         self.groups = [Group(group, members) for group, members in sorted(by_group.items())]
         self.group_of = {member["key"]: group for group in self.groups for member in group.members}
         self.flagged = pq.read_table(os.path.join(quality_dir, FLAGS_FILE), columns=FLAG_COLUMNS).to_pylist()
+        for row in self.flagged:  # What the image page shows beside the flags.
+            row["numbers"] = ", ".join(f"{name} {row[name]:.1f}" for name in FLAG_NUMBERS if row[name] is not None)
         self.flags_of = {row["key"]: row for row in self.flagged}
 
     @property
