@@ -38,6 +38,7 @@ EF_CONSTRUCTION_RANGE = (4, 1000)
 _BYTES_PER_M = 32
 _BYTES_PER_ELEMENT = 256  # The ~200 measured, rounded up: a graph a little too large is what costs hours.
 _MIN_BUILD_MEMORY = 64 << 20  # PostgreSQL's own default.
+MAX_BUILD_MEMORY = 2147483647 << 10  # maintenance_work_mem is at most 2147483647 kB (MAX_KILOBYTES).
 # Never more than half of what the machine has free: the server, its page cache and the job need the rest.
 _FREE_MEMORY_SHARE = 0.5
 PROGRESS_SECONDS = 10.0
@@ -62,8 +63,9 @@ class IndexSettings:
         if self.ef_construction < 2 * self.m:
             return (f"--hnsw_ef_construction ({self.ef_construction}) must be at least twice --hnsw_m ({self.m}), "
                     "as pgvector requires")
-        if self.build_memory is not None and self.build_memory < (1 << 20):
-            return f"--index_build_memory must be at least 1MB, not {self.build_memory} bytes"
+        if self.build_memory is not None and not (1 << 20) <= self.build_memory <= MAX_BUILD_MEMORY:
+            return (f"--index_build_memory must be from 1MB to {MAX_BUILD_MEMORY >> 30}GB (PostgreSQL's limit), "
+                    f"not {self.build_memory} bytes")
         return None
 
 
@@ -101,7 +103,7 @@ def build_memory(rows: int, dimensions: int, embedding_dtype: str, m: int = DEFA
     """maintenance_work_mem for building the index: the whole graph plus a tenth, within half the free memory."""
     wanted = int(build_bytes(rows, dimensions, embedding_dtype, m) * 1.1)
     ceiling = int((available_memory() if free is None else free) * _FREE_MEMORY_SHARE)
-    return max(_MIN_BUILD_MEMORY, min(wanted, ceiling))
+    return max(_MIN_BUILD_MEMORY, min(wanted, ceiling, MAX_BUILD_MEMORY))
 
 
 def build_workers() -> int:

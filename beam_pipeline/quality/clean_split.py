@@ -2,7 +2,8 @@
 
 How a group's split is chosen: the split most of its members are in (fewest rows move); a tie goes to the
 split of the group's first member in CSV order. Rows in no group, and rows the job failed to read (no
-signals, so in no group), keep their split.
+signals, so in no group), keep their split. A relative path is written resolved (against the job's CSV's
+folder, as the job read it): the file sits in another folder, and the job must find the same images from it.
 """
 
 from __future__ import annotations
@@ -32,15 +33,20 @@ def chosen_splits(images: Images, groups: list[Group]) -> dict[str, str]:
 
 
 def clean_split_csv(csv_path: str, columns: csv_rows.CsvColumns, moves: dict[str, str]) -> tuple[str, int]:
-    """(the CSV text with moved rows' split cells changed, rows written); the header's column order is kept."""
+    """(the CSV text with moved rows' split cells changed and relative paths resolved, rows written).
+
+    The header and its column order are kept.
+    """
     header = csv_rows.read_header(csv_path)
     split_at = header.index(columns.split) if columns.split in header else None
+    path_at = [cell.strip() for cell in header].index(columns.path)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(header)
     written = 0
     for row, cells in csv_rows.iter_rows_with_cells(csv_path, columns):
         cells = list(cells)
+        cells[path_at] = row.path
         if split_at is not None and row.key in moves:
             cells += [""] * (split_at + 1 - len(cells))
             cells[split_at] = moves[row.key]

@@ -119,18 +119,39 @@ def build_parser(prog: str = PROG) -> Any:
     return parser
 
 
+# flag: (lowest, highest) it may take; every value must also be a finite number.
+_RANGES = {
+    "hash_distance": (0, 64), "hash_band_bits": (1, 32), "hash_band_step": (1, 64), "max_bucket": (2, None),
+    "report_top": (0, None), "report_images": (1, None), "embedding_distance": (0.0, 2.0),
+    "label_error_distance": (0.0, 2.0), "embedding_hash_distance": (0, 64), "near_constant_contrast": (0.0, 255.0),
+    "dark_brightness": (0.0, 255.0), "bright_brightness": (0.0, 255.0), "blur_variance": (0.0, None),
+}
+
+
+def threshold_problem(args: Any) -> str | None:
+    """The first threshold flag out of its range (one line), or None."""
+    import math
+
+    for name, (lowest, highest) in _RANGES.items():
+        value = getattr(args, name)
+        if not math.isfinite(value) or value < lowest or (highest is not None and value > highest):
+            bounds = f"from {lowest} to {highest}" if highest is not None else f"at least {lowest}"
+            return f"--{name} must be a number {bounds}, not {value}"
+    if args.dark_brightness >= args.bright_brightness:
+        return (f"--dark_brightness ({args.dark_brightness}) must be below --bright_brightness "
+                f"({args.bright_brightness})")
+    return None
+
+
 def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[str]]:
     """Returns (QualityConfig, Beam arguments); exits with usage on bad flags."""
     parser = build_parser(prog)
     args, beam_args = parser.parse_known_args(argv)
     flags.refuse_stray_words(parser, beam_args)
     flags.check_run_flags(parser, args)
-    if not 0 <= args.hash_distance <= 64:
-        parser.error("--hash_distance must be in 0..64")
-    if not 1 <= args.hash_band_bits <= 32 or args.hash_band_step < 1:
-        parser.error("--hash_band_bits must be in 1..32 and --hash_band_step >= 1")
-    if args.max_bucket < 2 or args.report_top < 0 or args.report_images < 1:
-        parser.error("--max_bucket must be >= 2, --report_top >= 0 and --report_images >= 1")
+    problem = threshold_problem(args)
+    if problem:
+        parser.error(problem)
     local = flags.absolute_if_local
     config = QualityConfig(
         input_dir=local(args.input_dir), output_dir=local(args.output_dir),

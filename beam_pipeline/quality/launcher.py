@@ -27,13 +27,18 @@ class QualityLauncher(Launcher[QualityLayout]):
         from beam_pipeline.common import rows as csv_rows
         from tf_serving_input.layout import OutputLayout
 
+        layout = OutputLayout(self.config.input_dir)
         try:
-            self.job_manifest = OutputLayout(self.config.input_dir).load_manifest()
+            self.job_manifest = layout.load_manifest()
         except FileNotFoundError as error:
             raise Refused(str(error)) from None
-        if self.config.input_dir.rstrip("/") == self.config.output_dir.rstrip("/"):
-            raise Refused("--output_dir is the job's own folder: choose another one (the job's output is never "
-                          "written to)")
+        except ValueError as error:  # A damaged manifest.json (JSON that does not parse).
+            raise Refused(f"{layout.manifest_file} is damaged ({error}): rerun the preprocessing job to rewrite it, "
+                          "or restore it") from None
+        job, output = (self.config.input_dir.rstrip("/") + "/", self.config.output_dir.rstrip("/") + "/")
+        if output.startswith(job):
+            raise Refused(f"--output_dir {self.config.output_dir} is inside the job's own folder "
+                          f"{self.config.input_dir}: choose another one (the job's output is never written to)")
         if self.config.predictions_dir:
             self.check_predictions()
         csv_path = self.job_manifest["config"]["input_csv"]

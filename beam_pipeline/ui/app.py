@@ -64,6 +64,11 @@ class UiState:
         return self.search is not None and self.search.embedder is not None
 
 
+# A split or label filter is checked against the run's own values; this bounds only the request. The job
+# takes labels of any length, so the bound is generous.
+MAX_FILTER_LENGTH = 65536
+
+
 def text_field(form: Any, name: str) -> str | None:
     """A form's text field, or None when absent or a file was sent under its name."""
     value = form.get(name)
@@ -90,6 +95,17 @@ def create_app(state: UiState) -> FastAPI:
     async def http_error(request: Request, error: HTTPException) -> HTMLResponse:
         return page(request, "error.html", error.status_code, status=error.status_code, message=error.detail)
 
+    async def database_down(request: Request, error: Exception) -> HTMLResponse:
+        # The database stopped or is unreachable: the page says so (503: try again), no traceback.
+        return page(request, "error.html", 503, status=503,
+                    message=f"the database is not answering ({type(error).__name__}): try again once it is back")
+
+    import psycopg
+    import psycopg_pool
+
+    for kind in (psycopg.OperationalError, psycopg_pool.PoolTimeout, psycopg.errors.AdminShutdown):
+        app.add_exception_handler(kind, database_down)
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> HTMLResponse:
         # Logged by uvicorn with its traceback; the page says only what kind of error.
@@ -115,8 +131,8 @@ def create_app(state: UiState) -> FastAPI:
                     chart=bar_chart(dict(job.label_counts), "images per label"))
 
     @app.get("/gallery", response_class=HTMLResponse)
-    def gallery(request: Request, split: str | None = Query(None, max_length=200),
-                label: str | None = Query(None, max_length=200),
+    def gallery(request: Request, split: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
+                label: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
                 page_number: int = Query(1, alias="page", ge=1, le=MAX_PAGE)) -> HTMLResponse:
         split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")
         keys = state.job.select(split, label)
@@ -157,8 +173,9 @@ def create_app(state: UiState) -> FastAPI:
 
     @app.get("/search", response_class=HTMLResponse)
     def search_form(request: Request, key: str | None = Query(None, max_length=MAX_KEY_LENGTH),
-                    k: int = Query(DEFAULT_K, ge=1, le=MAX_K), split: str | None = Query(None, max_length=200),
-                    label: str | None = Query(None, max_length=200)) -> HTMLResponse:
+                    k: int = Query(DEFAULT_K, ge=1, le=MAX_K),
+                    split: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
+                    label: str | None = Query(None, max_length=MAX_FILTER_LENGTH)) -> HTMLResponse:
         if state.search is None:
             refuse(404, "search needs the predictions table: start the UI with --predictions_dir and --database")
         split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")

@@ -127,11 +127,14 @@ def test_groups_leaks_and_conflicts(finished):
     assert str(quality_out / "report.html") in done.stdout
 
 
-def test_the_clean_split_has_every_row_once_and_no_group_across_splits(finished):
+def test_the_clean_split_has_every_row_once_and_no_group_across_splits(finished, tmp_path):
     _, csv_path, rows, _, quality_out, _ = finished
     with open(quality_out / "clean_split.csv", newline="", encoding="utf-8") as f:
         clean = list(csv.reader(f))
     assert clean[0] == ["path", "label", "split"]
+    # Relative paths are written resolved: the file is in another folder than the job's CSV.
+    assert all(os.path.isabs(r[0]) for r in clean[1:])
+    clean = [clean[0]] + [[os.path.relpath(r[0], os.path.dirname(str(csv_path))), *r[1:]] for r in clean[1:]]
     assert sorted(r[0] for r in clean[1:]) == sorted(rows)  # Every input row exactly once (a newline kept).
     split_of = {r[0]: r[2] for r in clean[1:]}
     labels = {r[0]: r[1] for r in clean[1:]}
@@ -143,6 +146,14 @@ def test_the_clean_split_has_every_row_once_and_no_group_across_splits(finished)
     assert split_of["images/a_copy.jpg"] == "train"
     assert split_of["images/flat2.png"] == "train"
     assert split_of["images/d.png"] == "validation"
+    # And the job runs on it where it lies, finding every image.
+    rerun = subprocess.run([sys.executable, "-m", "beam_pipeline", "preprocess", "--input_csv",
+                            str(quality_out / "clean_split.csv"), "--output_dir", str(tmp_path / "clean_job"),
+                            "--image_size", "32", "--no_progress", "--max_error_rate", "1"],
+                           capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    manifest = json.loads((tmp_path / "clean_job" / "manifest.json").read_text())
+    job_manifest = json.loads((finished[3] / "manifest.json").read_text())
+    assert rerun.returncode == 0 and manifest["written"] == job_manifest["written"], rerun.stderr[-2000:]
 
 
 class _Page(html.parser.HTMLParser):
@@ -225,6 +236,22 @@ def test_help_explains_every_flag_and_a_missing_input_is_one_line(tmp_path):
     missing = quality("--input_dir", tmp_path / "nothing", "--output_dir", tmp_path / "q")
     assert missing.returncode == 2
     assert len(missing.stderr.strip().splitlines()) == 1 and "manifest.json not found" in missing.stderr
+
+
+def test_an_output_inside_the_job_folder_and_a_damaged_job_manifest_are_refused(job, tmp_path):
+    import shutil
+
+    _, _, _, out = job
+    inside = quality("--input_dir", out, "--output_dir", out / "data")
+    assert inside.returncode == 2 and "is inside the job's own folder" in inside.stderr
+    assert not (out / "data" / "manifest.json").exists()
+    damaged = tmp_path / "damaged_job"
+    shutil.copytree(out, damaged)
+    manifest = damaged / "manifest.json"
+    manifest.write_bytes(manifest.read_bytes().replace(b'"', b"'", 1))
+    refused = quality("--input_dir", damaged, "--output_dir", tmp_path / "q")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert f"{manifest} is damaged" in refused.stderr
 
 
 def test_the_thumbnail_is_the_stored_image(finished):

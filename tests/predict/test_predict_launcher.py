@@ -45,7 +45,8 @@ def test_a_missing_export_is_refused_in_one_line_before_any_work(tmp_path, capsy
     (["--hnsw_m", "40"], "must be at least twice --hnsw_m (40)"),
     (["--hnsw_ef_construction", "2000"], "--hnsw_ef_construction must be from 4 to 1000"),
     (["--index_build_memory", "lots"], "--index_build_memory: 'lots' is not a size"),
-    (["--index_build_memory", "512kB"], "--index_build_memory must be at least 1MB"),
+    (["--index_build_memory", "512kB"], "--index_build_memory must be from 1MB to 2047GB"),
+    (["--index_build_memory", "3000GB"], "--index_build_memory must be from 1MB to 2047GB"),
 ])
 def test_bad_index_settings_are_refused_before_any_work(tmp_path, capsys, flags, message):
     with pytest.raises(SystemExit) as exit_:

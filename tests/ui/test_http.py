@@ -5,6 +5,7 @@ Marked slow: the fixture runs the job, an export and the predict command line in
 
 import concurrent.futures
 import io
+import os
 import re
 import socket
 import struct
@@ -302,3 +303,29 @@ def test_thumbnails_are_decoded_through_the_codecs_of_the_stored_format(ui_input
     expected = tf.io.decode_png(tf.train.Example.FromString(index.record(key)).features.feature[
         "image/encoded"].bytes_list.value[0]).numpy()
     assert np.array_equal(stored, expected) and entry.stored_bytes > 0
+
+
+def test_a_label_of_any_length_the_run_holds_is_a_filter_others_are_refused(ui_server):
+    url, _ = ui_server
+    refused = get(url, "/gallery", params={"label": "A" * 10_000})
+    assert refused.status_code == 400 and "String should have at most" not in refused.text
+    assert get(url, "/gallery", params={"label": "cat"}).status_code == 200
+
+
+def test_zz_a_database_that_stops_answers_503_in_one_line_without_a_traceback(ui_server, ui_inputs):
+    """Last in this module: it stops the session's PostgreSQL."""
+    from beam_pipeline.database.server import EmbeddedServer
+
+    url, log = ui_server
+    item = f"/item/{a_key(url)}"
+    assert get(url, item).status_code == 200
+    data_dir = re.search(r"host=([^&]+)", ui_inputs["database"]).group(1)  # Its socket is in its data folder.
+    assert os.path.exists(os.path.join(data_dir, "PG_VERSION")), data_dir
+    server = EmbeddedServer(data_dir)
+    subprocess.run([*server._command("pg_ctl"), "-w", "-m", "immediate", "-D", server.data_dir, "stop"],
+                   check=True, capture_output=True)
+    for path in (item, f"/search?key={a_key(url)}"):
+        answer = get(url, path)
+        assert answer.status_code == 503 and "the database is not answering" in answer.text, answer.text[-500:]
+    assert "Traceback" not in log.read_text()
+    assert get(url, "/").status_code == 200  # Pages that need no database still answer.
