@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any, Literal
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -78,6 +79,10 @@ def describe(holder: dict[str, Any]) -> str:
                   f" ({str(holder.get('command', ''))[:120]})")
 
 
+# A creator writes its lock within microseconds of creating the file: an unreadable one older than this is damaged.
+_WRITE_GRACE_SECONDS = 2.0
+
+
 class OutputLock:
     """The lock of one output folder; a context manager that releases it only while it is still ours."""
 
@@ -103,6 +108,10 @@ class OutputLock:
                 return
             current = self._read()
             if current is None:
+                if self._unreadable_for_good():
+                    self.notice = (f"taking over the lock file {self.path}: it is empty or damaged, and no run is "
+                                   "writing it")
+                    FileSystems.delete([self.path])
                 continue  # Gone meanwhile (or unreadable while being written): try again.
             if holder_alive(current):
                 raise LockHeld(
@@ -111,7 +120,8 @@ class OutputLock:
             self.notice = f"taking over the lock of a run that is gone: {describe(current)}"
             if self._read() == current:  # Still the stale lock (not a competitor's fresh one).
                 FileSystems.delete([self.path])
-        raise LockHeld(f"could not take the lock {self.path}: other runs keep taking it; try again")
+        raise LockHeld(f"could not take the lock {self.path}: other runs keep taking it; try again (if no run uses "
+                       f"{os.path.dirname(self.path) or '.'}, delete {self.path})")
 
     def release(self) -> None:
         """Removes the lock if it is still this run's."""
@@ -141,6 +151,19 @@ class OutputLock:
             f.write(data)
         FileSystems.rename([temp], [self.path])
         return True
+
+    def _unreadable_for_good(self) -> bool:
+        """Whether the lock file exists but holds no lock, and has for longer than its creator takes to write one."""
+        if not is_local(self.path):
+            return False
+        path = self.path.removeprefix("file://")
+        try:
+            age = time.time() - os.stat(path).st_mtime
+        except FileNotFoundError:
+            return False
+        if age < _WRITE_GRACE_SECONDS:
+            time.sleep(_WRITE_GRACE_SECONDS - age)
+        return os.path.exists(path) and self._read() is None
 
     def _read(self) -> Any:
         return read_json(self.path)  # None: absent, or half-written by its creator.

@@ -59,3 +59,14 @@ def test_release_never_removes_a_lock_that_is_no_longer_ours(tmp_path):
     path.write_text(json.dumps(successor))  # Taken over meanwhile (we were thought dead).
     lock.release()
     assert json.loads(path.read_text()) == successor
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage{", b'{"pid": 1'])
+def test_an_empty_or_damaged_lock_file_nobody_writes_is_taken_over_with_a_notice(tmp_path, content):
+    path = tmp_path / ".lock"
+    path.write_bytes(content)
+    os.utime(path, (0, 0))  # Long ago: not a lock being written this instant.
+    with OutputLock(str(path)) as lock:
+        assert lock.notice == f"taking over the lock file {path}: it is empty or damaged, and no run is writing it"
+        assert json.loads(path.read_text())["pid"] == os.getpid()
+    assert not path.exists()
