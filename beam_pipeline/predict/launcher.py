@@ -317,6 +317,11 @@ class PredictLauncher(Launcher):
             index = database.create_index(url, config.table, dataclasses.replace(index_settings, rebuild=False),
                                           progress=_print if config.progress else None)
             index_seconds = time.monotonic() - index_started
+            asked = f"m='{index_settings.m}'", f"ef_construction='{index_settings.ef_construction}'"
+            if not all(option in index for option in asked):
+                print(f"note: table {config.table} keeps the index it had ({index.split(' WITH ')[-1]}): "
+                      f"--hnsw_m and --hnsw_ef_construction apply when it is built; --rebuild_index builds it "
+                      "again with them", flush=True)
             in_table = database.count_rows(url, config.table)
             of_dataset = database.count_rows(url, config.table, dataset["id"])
         finally:

@@ -148,6 +148,8 @@ def _refusal(args):
             return f"--contact_sheet {args.contact_sheet}: the folder {folder} does not exist or is not writable"
     if not 1 <= args.k <= database.MAX_K:
         return f"-k must be from 1 to {database.MAX_K} (the most the HNSW index serves), not {args.k}"
+    if args.exact and args.ef_search is not None:
+        return "--ef_search tunes the index, which --exact does not use: give one of them"
     if args.ef_search is not None and not args.k <= args.ef_search <= database.MAX_EF_SEARCH:
         return (f"--ef_search must be from -k ({args.k}) to {database.MAX_EF_SEARCH}, not {args.ef_search} (the "
                 "index returns at most ef_search rows)")

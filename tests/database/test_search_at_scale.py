@@ -263,6 +263,7 @@ def test_search_command_filters_and_prints_json(indexed, capsys):
     (["--ef_search", "1001"], "--ef_search must be from -k"),
     (["--split", "a\x00b"], "--split"),
     (["--format", "xml"], "invalid choice"),
+    (["--exact", "--ef_search", "50"], "--ef_search tunes the index, which --exact does not use"),
 ])
 def test_search_command_refuses_bad_search_flags(indexed, capsys, argv, message):
     url = indexed[0]
