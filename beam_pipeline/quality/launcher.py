@@ -7,6 +7,7 @@ import hashlib
 import json
 from typing import Any
 
+from beam_pipeline.common.files import file_digest, file_digest_or_none
 from beam_pipeline.common.launcher import Launcher, Refused
 from tf_serving_input.layout import QualityLayout
 
@@ -96,6 +97,12 @@ class QualityLauncher(Launcher[QualityLayout]):
         if (not self.config.overwrite and all(FileSystems.exists(path) for path in finished)
                 and read_json(layout.run_file) == self.fingerprint()):
             manifest = layout.load_manifest()
+            damaged = damaged_outputs(layout, manifest)
+            if damaged:
+                print(f"note: {damaged[0]} does not match the SHA-256 the manifest recorded"
+                      f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''}: writing the findings "
+                      "again", flush=True)
+                return super().locked(step, run_log)
             print(f"Nothing to do: {layout.root} already holds this run's finished output (same input and "
                   "thresholds); pass --overwrite to redo it", flush=True)
             print(format_summary(manifest["summary"], layout), flush=True)
@@ -148,7 +155,18 @@ class QualityLauncher(Launcher[QualityLayout]):
             "seconds": {"signals": round(signal_seconds, 3), "pairs": round(pair_seconds, 3)},
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": report.library_versions(),
+            # Each output's SHA-256: a rerun and the UI check them (a flipped byte in a Parquet often still reads).
+            "outputs": {name: file_digest(layout.path(name)) for name in layout.reports()},
         }
         report.write_outputs(layout, manifest, failures)
         print(findings.format_summary(found.summary, layout), flush=True)
         return self.error_budget_code(manifest)
+
+
+def damaged_outputs(layout: Any, manifest: dict[str, Any]) -> list[str]:
+    """The output files whose content differs from the SHA-256 the manifest recorded (or that are missing)."""
+    recorded = manifest.get("outputs") or {}
+    if not recorded:
+        return [layout.manifest_file]  # Written by an earlier version, which recorded none: redo.
+    return [layout.path(name) for name, sha256 in recorded.items()
+            if file_digest_or_none(layout.path(name)) != sha256]

@@ -56,6 +56,29 @@ class Group:
         return len(self.labels) > 1
 
 
+def _read_json(path: str) -> Any:
+    """A JSON file's content; ValueError naming the file when it does not parse."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except ValueError as error:
+            raise ValueError(f"{path} is damaged ({error}): rerun the quality command to rewrite it") from None
+
+
+def _check_outputs(quality_dir: str) -> None:
+    """ValueError naming the first file the UI reads whose SHA-256 differs from what the quality manifest recorded."""
+    import hashlib
+
+    recorded = _read_json(os.path.join(quality_dir, QualityLayout.MANIFEST_FILE)).get("outputs") or {}
+    for name in (GROUPS_FILE, FLAGS_FILE, SUMMARY_FILE):
+        path = os.path.join(quality_dir, name)
+        if name in recorded:
+            with open(path, "rb") as f:
+                if hashlib.sha256(f.read()).hexdigest() != recorded[name]:
+                    raise ValueError(f"{path} does not match the SHA-256 the quality manifest recorded (damaged "
+                                     "or changed): rerun the quality command to rewrite it")
+
+
 class QualityRun:
     """A quality folder: duplicate groups (by key too), leaks, label conflicts, flagged images, the summary."""
 
@@ -63,8 +86,8 @@ class QualityRun:
         import pyarrow.parquet as pq
 
         self.quality_dir = quality_dir
-        with open(os.path.join(quality_dir, SUMMARY_FILE), encoding="utf-8") as f:
-            self.summary = json.load(f)
+        _check_outputs(quality_dir)
+        self.summary = _read_json(os.path.join(quality_dir, SUMMARY_FILE))
         rows = pq.read_table(os.path.join(quality_dir, GROUPS_FILE), columns=GROUP_COLUMNS).to_pylist()
         by_group: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
         for row in rows:

@@ -221,6 +221,15 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     assert (quality_out / "report.html").exists()
     for name, data in before.items():
         assert (quality_out / name).read_bytes() == data, name
+    # One flipped byte in a finished output (a Parquet often still reads): the rerun sees it and rewrites it.
+    groups = quality_out / "duplicate_groups.parquet"
+    damaged = bytearray(groups.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x01
+    groups.write_bytes(bytes(damaged))
+    repaired = quality("--input_dir", out, "--output_dir", quality_out)
+    assert repaired.returncode == 0, repaired.stderr
+    assert f"note: {groups} does not match the SHA-256 the manifest recorded" in repaired.stdout
+    assert "Nothing to do" not in repaired.stdout and groups.read_bytes() == before["duplicate_groups.parquet"]
     other = quality("--input_dir", out, "--output_dir", quality_out, "--hash_distance", "4")
     assert other.returncode == 2
     assert len(other.stderr.strip().splitlines()) == 1 and "--overwrite" in other.stderr

@@ -329,3 +329,23 @@ def test_zz_a_database_that_stops_answers_503_in_one_line_without_a_traceback(ui
         assert answer.status_code == 503 and "the database is not answering" in answer.text, answer.text[-500:]
     assert "Traceback" not in log.read_text()
     assert get(url, "/").status_code == 200  # Pages that need no database still answer.
+
+
+@pytest.mark.parametrize("name, damage", [("duplicate_groups.parquet", "flip"), ("summary.json", "truncate")])
+def test_a_damaged_quality_folder_is_refused_at_start_up_naming_the_file(ui_inputs, tmp_path, name, damage):
+    import shutil
+
+    quality = tmp_path / "quality"
+    shutil.copytree(ui_inputs["quality"], quality)
+    path = quality / name
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    else:
+        del data[len(data) // 2:]
+    path.write_bytes(bytes(data))
+    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--quality_dir", quality,
+                                              "--port", scaleout.free_port()),
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+    assert str(path) in result.stderr
