@@ -45,7 +45,7 @@ def test_the_majority_split_wins_and_a_tie_goes_to_the_first_member():
     assert moves == {data.keys[0]: "train", data.keys[4]: "test"}
 
 
-def test_clean_split_csv_keeps_every_row_and_cell_but_the_moved_splits(tmp_path):
+def test_clean_split_csv_keeps_every_row_and_cell_but_the_moved_splits_and_resolves_paths(tmp_path):
     hostile = 'x "quoted",\nnew line ünï.jpg'
     rows = [["a.jpg", "cat", "train", "extra 1"], [hostile, 'la"bel', "validation", ""], ["c.jpg", "", "train", "z"]]
     imaging.write_csv(tmp_path / "in.csv", ["path", "label", "split", "note"], rows)
@@ -53,7 +53,9 @@ def test_clean_split_csv_keeps_every_row_and_cell_but_the_moved_splits(tmp_path)
     text, written = clean_split.clean_split_csv(str(tmp_path / "in.csv"), csv_rows.CsvColumns(), {keys[1]: "train"})
     assert written == 3
     out = list(csv.reader(io.StringIO(text)))
-    assert out == [["path", "label", "split", "note"], rows[0], [hostile, 'la"bel', "train", ""], rows[2]]
+    at = str(tmp_path) + "/"  # Relative paths are written resolved against the CSV's folder.
+    assert out == [["path", "label", "split", "note"], [at + "a.jpg", *rows[0][1:]],
+                   [at + hostile, 'la"bel', "train", ""], [at + "c.jpg", *rows[2][1:]]]
 
 
 def test_flags_follow_the_thresholds():
