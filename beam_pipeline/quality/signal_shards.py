@@ -2,8 +2,8 @@
 
     signals/{job shard stem}.parquet  (SCHEMA; one row per record, in the shard's order) + shards/{stem}.json
 
-The shard is verified first (size, SHA-256, record CRCs against the job's manifest): a damaged one gets no
-signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept.
+The shard is verified as it is read, in one pass (size, SHA-256, record CRCs against the job's manifest):
+a damaged one gets no signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.job_shards import RecordShard, damaged_shard
-from beam_pipeline.common.records import read_records
+from beam_pipeline.common.job_shards import RecordShard, verified_records
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from tf_serving_input import features
 from tf_serving_input.layout import QualityLayout
@@ -96,13 +95,9 @@ class ComputeShardSignals(beam.DoFn):
             yield finished[0]
             return
         failed: list[dict[str, Any]] = []
-        records: list[bytes] = []
-        damage = damaged_shard(shard)
+        records, damage = verified_records(shard)  # One read of the file: verified and kept.
         if damage is not None:
             failed = [failure_record(_ShardRow(shard, index), damage) for index in range(shard.rows)]
-        else:
-            with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                records = list(read_records(f))
         columns = measure(records, features.PreprocessConfig.from_dict(self._preprocess))
         with ShardFileWriter(self._layout, shard.name) as out:
             out.write(to_parquet_bytes(signals_table(shard, columns)), records=len(records))
