@@ -8,6 +8,7 @@ a damaged one gets no signals, and each of its rows is listed in errors.jsonl. A
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import time
@@ -42,20 +43,40 @@ def measure(records: list[bytes], preprocess: features.PreprocessConfig) -> dict
     """Serialized records -> their text features and signals, column by column (decoded via CODECS)."""
     import tensorflow as tf
 
-    from beam_pipeline.quality.signals import image_signals_graph
-    from tf_serving_input.codecs import parse_records
-
     columns: dict[str, list[Any]] = {name: [] for name in (*TEXT, *NUMBERS)}
     for start in range(0, len(records), BATCH):
-        batch = tf.constant(records[start:start + BATCH])
-        extra = {name: tf.io.FixedLenFeature([], tf.string, default_value="") for name in TEXT.values()}
-        images, parsed = parse_records(batch, preprocess, **extra)
+        texts, signals = _parse_and_measure(tf.constant(records[start:start + BATCH]), preprocess)
         for name, feature in TEXT.items():
-            columns[name] += [value.decode("utf-8") for value in parsed[feature].numpy().tolist()]
-        signals = image_signals_graph(images)
+            columns[name] += [value.decode("utf-8") for value in texts[feature].numpy().tolist()]
         for name in NUMBERS:
             columns[name] += signals[name].numpy().tolist()
     return columns
+
+
+def _parse_and_measure(batch: Any, preprocess: features.PreprocessConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A batch of serialized records -> (its text features, its signals), in one traced TensorFlow call.
+
+    Traced, not eager: parsing eagerly cost ~6x the traced parse (op dispatch per batch), more than the signals.
+    """
+    return _traced_measure()(batch, preprocess)
+
+
+@functools.cache
+def _traced_measure() -> Any:
+    """The tf.function of `_parse_and_measure` (made on first use: TensorFlow is imported in the workers only)."""
+    import tensorflow as tf
+
+    from beam_pipeline.quality.signals import image_signals
+    from tf_serving_input.codecs import parse_records
+
+    @tf.function(reduce_retracing=True)
+    def parse_and_measure(batch: tf.Tensor, preprocess: features.PreprocessConfig) -> tuple[dict[str, tf.Tensor],
+                                                                                             dict[str, tf.Tensor]]:
+        extra = {name: tf.io.FixedLenFeature([], tf.string, default_value="") for name in TEXT.values()}
+        images, parsed = parse_records(batch, preprocess, **extra)
+        return {feature: parsed[feature] for feature in TEXT.values()}, image_signals(images)
+
+    return parse_and_measure
 
 
 def signals_table(shard: RecordShard, columns: dict[str, list[Any]]) -> pa.Table:
