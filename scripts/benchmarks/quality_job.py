@@ -81,7 +81,8 @@ def main(argv=None):
     os.makedirs(args.workdir, exist_ok=True)
     heavy = data.make_set("heavy", args.workdir, data.fetch_photos(args.photos_dir), args.images, data.HEAVY)
     rows, many = len(heavy.images), len(heavy.images) * args.memory_factor
-    csvs = [data.write_csv(os.path.join(args.workdir, f"rows_{n}.csv"), heavy.images, repeat_to=n) for n in (rows, many)]
+    csvs = [data.write_csv(os.path.join(args.workdir, f"rows_{n}.csv"), heavy.images, repeat_to=n)
+            for n in (rows, many)]
     outs = [os.path.join(args.workdir, f"out_{n}") for n in (rows, many)]
     small = run_job(csvs[0], outs[0])
     run_job(csvs[1], outs[1])
