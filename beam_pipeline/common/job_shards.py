@@ -63,14 +63,32 @@ def damaged_shard(shard: RecordShard) -> failures.RowFailure | None:
     One streaming pass: the file's size and SHA-256 against the job's manifest, and every
     record's framing CRCs, so that a changed byte (a key, a pixel, a length) is never predicted.
     """
+    return _verify(shard, None)
+
+
+def verified_records(shard: RecordShard) -> tuple[list[bytes], failures.RowFailure | None]:
+    """(the shard's records, None) when it verifies as `damaged_shard` does, else ([], why).
+
+    The same one streaming pass, keeping the records: a reader that needs them all (the quality
+    job) reads the file once instead of verifying it and then reading it again.
+    """
+    kept: list[bytes] = []
+    damage = _verify(shard, kept)
+    return ([], damage) if damage is not None else (kept, None)
+
+
+def _verify(shard: RecordShard, kept: list[bytes] | None) -> failures.RowFailure | None:
+    """`damaged_shard`'s pass; each record read is appended to `kept` when given."""
     where = f"job shard {shard.file or shard.path}"
     try:
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             reader = _HashingReader(f)
             count = 0
             try:
-                for _ in read_records(reader):
+                for record in read_records(reader):
                     count += 1
+                    if kept is not None:
+                        kept.append(record)
                 problem = None
             except DamagedRecords as error:
                 problem = f"{where} is {error}"

@@ -2,12 +2,13 @@
 
     signals/{job shard stem}.parquet  (SCHEMA; one row per record, in the shard's order) + shards/{stem}.json
 
-The shard is verified first (size, SHA-256, record CRCs against the job's manifest): a damaged one gets no
-signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept.
+The shard is verified as it is read, in one pass (size, SHA-256, record CRCs against the job's manifest):
+a damaged one gets no signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import time
@@ -20,8 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.job_shards import RecordShard, damaged_shard
-from beam_pipeline.common.records import read_records
+from beam_pipeline.common.job_shards import RecordShard, verified_records
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from tf_serving_input import features
 from tf_serving_input.layout import QualityLayout
@@ -43,20 +43,40 @@ def measure(records: list[bytes], preprocess: features.PreprocessConfig) -> dict
     """Serialized records -> their text features and signals, column by column (decoded via CODECS)."""
     import tensorflow as tf
 
-    from beam_pipeline.quality.signals import image_signals_graph
-    from tf_serving_input.codecs import parse_records
-
     columns: dict[str, list[Any]] = {name: [] for name in (*TEXT, *NUMBERS)}
     for start in range(0, len(records), BATCH):
-        batch = tf.constant(records[start:start + BATCH])
-        extra = {name: tf.io.FixedLenFeature([], tf.string, default_value="") for name in TEXT.values()}
-        images, parsed = parse_records(batch, preprocess, **extra)
+        texts, signals = _parse_and_measure(tf.constant(records[start:start + BATCH]), preprocess)
         for name, feature in TEXT.items():
-            columns[name] += [value.decode("utf-8") for value in parsed[feature].numpy().tolist()]
-        signals = image_signals_graph(images)
+            columns[name] += [value.decode("utf-8") for value in texts[feature].numpy().tolist()]
         for name in NUMBERS:
             columns[name] += signals[name].numpy().tolist()
     return columns
+
+
+def _parse_and_measure(batch: Any, preprocess: features.PreprocessConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A batch of serialized records -> (its text features, its signals), in one traced TensorFlow call.
+
+    Traced, not eager: parsing eagerly cost ~6x the traced parse (op dispatch per batch), more than the signals.
+    """
+    return _traced_measure()(batch, preprocess)
+
+
+@functools.cache
+def _traced_measure() -> Any:
+    """The tf.function of `_parse_and_measure` (made on first use: TensorFlow is imported in the workers only)."""
+    import tensorflow as tf
+
+    from beam_pipeline.quality.signals import image_signals
+    from tf_serving_input.codecs import parse_records
+
+    @tf.function(reduce_retracing=True)
+    def parse_and_measure(batch: tf.Tensor, preprocess: features.PreprocessConfig) -> tuple[dict[str, tf.Tensor],
+                                                                                             dict[str, tf.Tensor]]:
+        extra = {name: tf.io.FixedLenFeature([], tf.string, default_value="") for name in TEXT.values()}
+        images, parsed = parse_records(batch, preprocess, **extra)
+        return {feature: parsed[feature] for feature in TEXT.values()}, image_signals(images)
+
+    return parse_and_measure
 
 
 def signals_table(shard: RecordShard, columns: dict[str, list[Any]]) -> pa.Table:
@@ -96,13 +116,9 @@ class ComputeShardSignals(beam.DoFn):
             yield finished[0]
             return
         failed: list[dict[str, Any]] = []
-        records: list[bytes] = []
-        damage = damaged_shard(shard)
+        records, damage = verified_records(shard)  # One read of the file: verified and kept.
         if damage is not None:
             failed = [failure_record(_ShardRow(shard, index), damage) for index in range(shard.rows)]
-        else:
-            with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                records = list(read_records(f))
         columns = measure(records, features.PreprocessConfig.from_dict(self._preprocess))
         with ShardFileWriter(self._layout, shard.name) as out:
             out.write(to_parquet_bytes(signals_table(shard, columns)), records=len(records))

@@ -12,6 +12,7 @@ from benchmarks import (
     job,
     predict,
     quality,
+    quality_job,
     reader,
     report,
     search,
@@ -93,6 +94,7 @@ def main(argv=None, description=None):
     shrink.measure(bench, large)
     stages.measure(bench, (heavy, light))
     quality.measure(bench)
+    quality_job.measure(bench, jobs["heavy"])
 
     from beam_pipeline.database.server import EmbeddedServer
 

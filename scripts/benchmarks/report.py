@@ -48,6 +48,7 @@ MEANING = {
     "quality_pairs_peak_rss_gib": "peak RSS (GiB) of that pair finding on 10 N hashes, in one process",
     "quality_recall": "planted near-duplicates of real photos found (every transformation class)",
     "quality_precision": "pairs found that are true duplicates (distinct photos kept apart)",
+    "quality_job_vs_reader": "whole quality job (real CLI, marginal N vs 10 N rows) / the reader over the same records",
 }
 
 
