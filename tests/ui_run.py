@@ -16,7 +16,7 @@ import sys
 import imaging
 import scaleout
 
-# Not imported from the root conftest: tests/ui/ has a conftest of its own, which that name would find.
+# Not imported from the root conftest: a test helper imports no conftest (tests/ui once had one of its own).
 SAMPLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data")
 
 SIZE = 32
