@@ -43,34 +43,11 @@ TABLE = "million"
 
 
 # ---------------------------------------------------------------------- memory and disk
-def _children():
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parent = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(parent, []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return children
-
-
 def tree_pss_bytes(root_pid):
     """Proportional set size of a process and its descendants: shared pages counted once in all."""
-    children, total, stack = _children(), 0, [root_pid]
-    while stack:
-        pid = stack.pop()
-        stack.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:
-            continue
-    return total
+    from benchmarks.harness import proc_field_bytes, process_tree
+
+    return sum(proc_field_bytes(pid, "smaps_rollup", "Pss:") for pid in process_tree(root_pid))
 
 
 class PeakMemory:

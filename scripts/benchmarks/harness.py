@@ -111,8 +111,8 @@ def settle():
     os.sync()
 
 
-def tree_rss_bytes(root_pid):
-    """Resident memory of a process and all its descendants, from /proc."""
+def process_tree(root_pid):
+    """The pids of a process and all its descendants, from /proc."""
     children = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -122,18 +122,29 @@ def tree_rss_bytes(root_pid):
                 children.setdefault(parent, []).append(int(entry))
             except (OSError, IndexError, ValueError):
                 continue
-    total, stack = 0, [root_pid]
+    found, stack = [], [root_pid]
     while stack:
         pid = stack.pop()
+        found.append(pid)
         stack.extend(children.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return total
+    return found
+
+
+def proc_field_bytes(pid, file, field):
+    """A 'Field:   N kB' line of /proc/PID/FILE in bytes; 0 when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/{file}") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_rss_bytes(root_pid):
+    """Resident memory of a process and all its descendants, from /proc."""
+    return sum(proc_field_bytes(pid, "status", "VmRSS:") for pid in process_tree(root_pid))
 
 
 def run_measured(command):

@@ -87,8 +87,12 @@ def recall(connection, vectors, asked, mask=None, **options):
 def test_default_search_uses_the_index_and_recalls_at_least_095(indexed):
     url, vectors, _, _ = indexed
     with database.connect(url) as connection:
+        definition = database.index_definition(connection, "scale")  # Read back from pg_indexes.
+        assert "USING hnsw" in definition and "vector_cosine_ops" in definition
         plan = database.nearest(connection, "scale", vectors[0], K, explain=True)
         assert f"Index Scan using {database.index_name('scale')}" in plan, plan
+        assert database.index_name("scale") not in database.nearest(connection, "scale", vectors[0], K, exact=True,
+                                                                     explain=True)
         measured = recall(connection, vectors, queries(vectors))
     print(f"recall@10 at the default ef_search ({database.DEFAULT_EF_SEARCH}): {measured:.3f}")
     assert measured >= 0.95
