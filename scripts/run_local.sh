@@ -20,6 +20,9 @@ echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
 .venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
     --predict_image sample_data/images/cat/cat_000.jpg
 # The second half: predictions and embeddings for every image, into the database, and a search.
+# The model above is trained again on every run, and a table never holds two exports' embeddings: the
+# demo's own table goes first, so that running this script again works.
+.venv/bin/beam-image-pipeline db psql --database_dir output/postgres -q -c "DROP TABLE IF EXISTS sample" >/dev/null
 .venv/bin/beam-image-pipeline predict --model_dir "$OUT/serving_model" --input_dir "$OUT" \
     --output_dir output/sample_predictions --database embedded --database_dir output/postgres --table sample \
     --overwrite
