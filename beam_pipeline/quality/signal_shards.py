@@ -45,11 +45,14 @@ def measure(records: list[bytes], preprocess: features.PreprocessConfig) -> dict
 
     columns: dict[str, list[Any]] = {name: [] for name in (*TEXT, *NUMBERS)}
     for start in range(0, len(records), BATCH):
-        texts, signals = _parse_and_measure(tf.constant(records[start:start + BATCH]), preprocess)
+        batch = records[start:start + BATCH]
+        # Every call gets BATCH records (the last batch padded with copies of its last record, results
+        # dropped): XLA compiles once per shape, and a shard's own remainder size cost 0.1-0.4 s a shard to compile.
+        texts, signals = _parse_and_measure(tf.constant(batch + batch[-1:] * (BATCH - len(batch))), preprocess)
         for name, feature in TEXT.items():
-            columns[name] += [value.decode("utf-8") for value in texts[feature].numpy().tolist()]
+            columns[name] += [value.decode("utf-8") for value in texts[feature].numpy()[:len(batch)].tolist()]
         for name in NUMBERS:
-            columns[name] += signals[name].numpy().tolist()
+            columns[name] += signals[name].numpy()[:len(batch)].tolist()
     return columns
 
 
