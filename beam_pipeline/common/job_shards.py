@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from typing import TYPE_CHECKING, Any
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -32,6 +33,17 @@ class RecordShard:
     file: str = ""  # As the job's manifest names it (relative to the job's folder), for messages.
     bytes: int | None = None
     sha256: str | None = None
+
+
+def job_input_sha256(job_manifest: dict[str, Any]) -> str:
+    """One SHA-256 over a job output's shards' names and checksums: what its images are, wherever the folder is."""
+    shards = [(shard["file"], shard.get("sha256")) for shard in job_manifest["shards"]]
+    return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
+
+
+def job_dataset_id(job_manifest: dict[str, Any]) -> str:
+    """The dataset id the predict job records for a job output (its table rows, its manifest's "dataset")."""
+    return hashlib.sha256(f"job\0{job_input_sha256(job_manifest)}".encode()).hexdigest()[:16]
 
 
 def record_shards(job_layout: OutputLayout, job_manifest: dict[str, Any]) -> list[RecordShard]:

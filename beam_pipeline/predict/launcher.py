@@ -133,8 +133,9 @@ class PredictLauncher(Launcher):
     def _compute_fingerprint(self):
         model_sha256 = export_sha256(self.config.model_dir)
         if self.job_manifest is not None:
-            source = hashlib.sha256(json.dumps([(s["file"], s["sha256"]) for s in self.job_manifest["shards"]])
-                                    .encode()).hexdigest()
+            from beam_pipeline.common.job_shards import job_input_sha256
+
+            source = job_input_sha256(self.job_manifest)
         else:
             source = file_digest(self.config.input_csv)
         return {"config": self.config.to_dict(), "model_sha256": model_sha256, "input_sha256": source}
@@ -150,12 +151,15 @@ class PredictLauncher(Launcher):
 
         config = self.config
         if self.job_manifest is not None:
-            content, source = f"job\0{fingerprint['input_sha256']}", config.input_dir
+            from beam_pipeline.common.job_shards import job_dataset_id
+
+            dataset_id, source = job_dataset_id(self.job_manifest), config.input_dir
         else:
             folder = (posixpath.dirname(config.input_csv) if "://" in config.input_csv
                       else os.path.dirname(os.path.abspath(config.input_csv)))
             content, source = f"csv\0{fingerprint['input_sha256']}\0{folder}", config.input_csv
-        return {"id": hashlib.sha256(content.encode("utf-8")).hexdigest()[:16], "source": source,
+            dataset_id = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+        return {"id": dataset_id, "source": source,
                 "model_sha256": fingerprint["model_sha256"], "model_dir": config.model_dir}
 
     # ------------------------------------------------------------------ the run

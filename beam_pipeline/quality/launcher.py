@@ -47,21 +47,16 @@ class QualityLauncher(Launcher[QualityLayout]):
         # The clean split rewrites this CSV: refused now, naming the line, if it cannot be read.
         csv_rows.summarize_csv(csv_path, csv_rows.CsvColumns(**self.job_manifest["config"]["columns"]))
 
-    def input_sha256(self) -> str:
-        """The job's shards' checksums, hashed as the predict job names its input (its dataset id's source)."""
-        shards = [(s["file"], s.get("sha256")) for s in self.job_manifest["shards"]]
-        return hashlib.sha256(json.dumps(shards).encode()).hexdigest()
-
     def check_predictions(self) -> None:
         """The predictions must be of this job output and hold embeddings; Refused otherwise."""
+        from beam_pipeline.common.job_shards import job_dataset_id
         from tf_serving_input.layout import PredictionLayout
 
         try:
             manifest = PredictionLayout(self.config.predictions_dir).load_manifest()
         except FileNotFoundError as error:
             raise Refused(str(error)) from None
-        expected = hashlib.sha256(f"job\0{self.input_sha256()}".encode()).hexdigest()[:16]
-        if manifest.get("dataset", {}).get("id") != expected:
+        if manifest.get("dataset", {}).get("id") != job_dataset_id(self.job_manifest):
             raise Refused(f"{self.config.predictions_dir} holds predictions of another input than "
                           f"{self.config.input_dir}: run the predict job with --input_dir {self.config.input_dir}")
         if not manifest.get("model", {}).get("embedding_size"):
@@ -80,9 +75,11 @@ class QualityLauncher(Launcher[QualityLayout]):
 
     def fingerprint(self) -> dict[str, Any]:
         """The configuration and the inputs' checksums: the same input, the same thresholds."""
+        from beam_pipeline.common.job_shards import job_input_sha256
+
         predictions = ([(s["file"], s.get("sha256")) for s in self.predictions_manifest["shards"]]
                        if self.predictions_manifest else None)
-        return {"config": self.config.to_dict(), "input_sha256": self.input_sha256(),
+        return {"config": self.config.to_dict(), "input_sha256": job_input_sha256(self.job_manifest),
                 "predictions_sha256": predictions and hashlib.sha256(json.dumps(predictions).encode()).hexdigest()}
 
     def locked(self, step: Any, run_log: Any) -> int:

@@ -44,6 +44,7 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
     state = UiState(job=job, max_file_bytes=args.max_file_bytes)
     state.predict = PredictRun(args.predictions_dir) if args.predictions_dir else None
     state.quality = QualityRun(args.quality_dir) if args.quality_dir else None
+    _check_same_input(args, job, state.predict)
     resources = Resources()
     if database_value is None:
         return state, resources
@@ -58,6 +59,30 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
     dataset = state.predict.dataset_id if state.predict else None
     state.search = NeighbourSearch(resources.pool, table, dataset, embedder, job.index.config.max_pixels)
     return state, resources
+
+
+def _check_same_input(args: Any, job: JobRun, predict: PredictRun | None) -> None:
+    """StartupError when --predictions_dir or --quality_dir was made from another job output than --input_dir.
+
+    Their pages would otherwise show another dataset's top-k, duplicates and leaks beside this run's images.
+    """
+    from beam_pipeline.common.files import read_json
+    from beam_pipeline.common.job_shards import job_dataset_id, job_input_sha256
+    from tf_serving_input.layout import QualityLayout
+
+    if predict is not None and predict.dataset_id != job_dataset_id(job.manifest):
+        raise StartupError(f"--predictions_dir {args.predictions_dir} holds predictions of another job output than "
+                           f"--input_dir {args.input_dir}: give the predict job's folder of this one")
+    if args.quality_dir:
+        run_file = QualityLayout(args.quality_dir).run_file
+        recorded = read_json(run_file)
+        if not isinstance(recorded, dict) or "input_sha256" not in recorded:
+            raise StartupError(f"{run_file} is missing or damaged, so the quality folder's input is unknown: rerun "
+                               "the quality command to rewrite it")
+        if recorded["input_sha256"] != job_input_sha256(job.manifest):
+            raise StartupError(f"--quality_dir {args.quality_dir} is the quality job's output of another job output "
+                               f"than --input_dir {args.input_dir} ({run_file} names other shards): run the quality "
+                               f"command on --input_dir {args.input_dir}")
 
 
 def _table(args: Any, predict: PredictRun | None, url: str) -> str:

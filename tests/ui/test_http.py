@@ -378,3 +378,28 @@ def test_a_damaged_quality_folder_is_refused_at_start_up_naming_the_file(ui_inpu
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
     assert str(path) in result.stderr
+
+
+def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui_inputs, tmp_path):
+    """Another dataset's top-k, duplicates and leaks must never be shown beside this run's images."""
+    from beam_pipeline.preprocess import cli as job
+
+    csv_path, _ = scaleout.make_small_dataset(tmp_path, count=4, size=ui_run.SIZE)
+    other = tmp_path / "other_job"
+    assert job.run(["--input_csv", str(csv_path), "--output_dir", str(other), "--image_size", str(ui_run.SIZE),
+                    "--max_error_rate", "0.5", "--no_progress", "--direct_num_workers", "1",
+                    "--direct_running_mode", "in_memory"]) == 0
+    for flag, folder, words in [("--predictions_dir", ui_inputs["predictions"], "holds predictions of another job"),
+                                ("--quality_dir", ui_inputs["quality"], "of another job output")]:
+        result = subprocess.run(ui_run.ui_command("--input_dir", other, flag, folder, "--port", scaleout.free_port()),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1 and words in result.stderr, result.stderr[-2000:]
+        assert len(result.stderr.strip().splitlines()) == 1 and str(other) in result.stderr, result.stderr[-2000:]
+    quality = tmp_path / "quality"
+    import shutil
+
+    shutil.copytree(ui_inputs["quality"], quality)
+    (quality / "run.json").write_text("{not json")
+    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--quality_dir", quality, "--port",
+                                              scaleout.free_port()), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
