@@ -200,12 +200,20 @@ def unstorable_rows(values, columns):
     return found
 
 
+def _any_stored(connection, target, dataset_id, keys):
+    """Whether the table holds any of `keys` of this dataset (one probe of its primary key per key)."""
+    from psycopg import sql
+
+    return connection.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE dataset = %s AND key = ANY(%s))").format(
+        target), (dataset_id, keys)).fetchone()[0]
+
+
 def upsert_table(connection, table, dataset_id, arrow_table):
     """Upserts an Arrow table of predictions (prediction_shards' schema) in one transaction.
 
     Returns (rows upserted, {row index: why it was left out}).
     """
-    from psycopg import sql
+    from psycopg import errors, sql
 
     embeddings = arrow_table.column("embedding").combine_chunks()
     kind = of_bit_width(embeddings.type.value_type.bit_width)
@@ -222,16 +230,31 @@ def upsert_table(connection, table, dataset_id, arrow_table):
     updates = sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name))
                                  for name, _ in columns[2:])
     matrix = embeddings.values.to_numpy(zero_copy_only=False).reshape(len(arrow_table), -1)
-    with connection.transaction():
-        connection.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS").format(
-            stage, target))
+
+    def copy_rows(into):
         with connection.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-                stage, names)) as copy:
+                into, names)) as copy:
             copy.set_types([kind.pgvector if name == "embedding" else type_ for name, type_ in columns])
             text_and_lists = [values[name] for name, _ in columns[1:-1]]
             to_database = kind.to_database
             for row in keep:
                 copy.write_row([dataset_id, *(column[row] for column in text_and_lists), to_database(matrix[row])])
+
+    with connection.transaction():
+        if not _any_stored(connection, target, dataset_id, [values["key"][row] for row in keep]):
+            # None of these rows is stored yet (a first load, the usual case): COPY straight into the table,
+            # each row written once instead of into a staging table and again by the upsert (measured in the
+            # closing note of issue 21). A concurrent load of the same rows makes this COPY fail on the key
+            # (or deadlock on it): the savepoint takes it back and the upsert below does the work.
+            try:
+                with connection.transaction():
+                    copy_rows(target)
+                return len(keep), left_out
+            except (errors.UniqueViolation, errors.DeadlockDetected):
+                pass
+        connection.execute(sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} (LIKE {}) ON COMMIT DELETE ROWS").format(
+            stage, target))
+        copy_rows(stage)
         # In key order: two loads of the same rows at once then take their row locks in one order. A row that
         # is already stored as it is now is left alone: a rerun writes nothing, and adds nothing to the index.
         changed = sql.SQL("({}) IS DISTINCT FROM ({})").format(

@@ -99,6 +99,50 @@ def test_concurrent_first_loads_into_a_new_table_all_succeed(pg):
     assert not errors and database.count_rows(pg, "raced") == 80
 
 
+def test_a_first_load_copies_straight_in_and_a_rerun_changes_nothing(pg):
+    """A shard none of whose rows is stored is COPYed into the table itself (no staging table, no upsert)."""
+    database.prepare_table(pg, "direct", 4, "float32", DATASET)
+    with database.connect(pg) as connection:
+        assert database.upsert_table(connection, "direct", DATASET["id"], predictions(30)) == (30, {})
+        connection.commit()
+        staged = connection.execute("SELECT count(*) FROM pg_class WHERE relname = 'stage_direct'").fetchone()[0]
+        first = connection.execute("SELECT xmin::text, key FROM direct ORDER BY key").fetchall()
+        assert database.upsert_table(connection, "direct", DATASET["id"], predictions(30)) == (30, {})
+        connection.commit()
+        again = connection.execute("SELECT xmin::text, key FROM direct ORDER BY key").fetchall()
+    assert staged == 0 and len(first) == 30 and again == first  # The rerun (an upsert) rewrote no row.
+
+
+def test_a_load_racing_another_load_of_the_same_rows_falls_back_to_the_upsert(pg):
+    """Two loads of one shard at once: the second's COPY waits on the first's keys, fails on them when the
+    first commits, and its savepoint hands the rows to the upsert: one row per key, the last load's values."""
+    database.prepare_table(pg, "raced_rows", 4, "float32", DATASET)
+    outcome = {}
+    with database.connect(pg) as first:
+        first.execute("SELECT 1")  # An open transaction: the load below becomes its savepoint, not committed yet.
+        database.upsert_table(first, "raced_rows", DATASET["id"], predictions(20, label="cat"))
+
+        def second_load():
+            try:
+                with database.connect(pg) as second:
+                    outcome["result"] = database.upsert_table(second, "raced_rows", DATASET["id"],
+                                                              predictions(20, label="dog"))
+                    second.commit()
+            except Exception as error:  # noqa: BLE001 - asserted below.
+                outcome["error"] = error
+
+        thread = threading.Thread(target=second_load)
+        thread.start()
+        thread.join(timeout=2)
+        assert thread.is_alive()  # It waits on the first load's uncommitted keys.
+        first.commit()
+    thread.join(timeout=60)
+    assert "error" not in outcome and outcome["result"] == (20, {}), outcome
+    with database.connect(pg) as connection:
+        labels = connection.execute("SELECT label, count(*) FROM raced_rows GROUP BY label").fetchall()
+    assert labels == [("dog", 20)]
+
+
 def test_rows_with_text_postgres_cannot_store_are_left_out_alone(pg):
     table = predictions(4)
     labels = table.column("label").to_pylist()
