@@ -14,10 +14,11 @@ embeddings. Loading another export into a table is refused; loading another
 dataset is refused unless asked (`--append`), and then its rows sit beside the
 others, never replacing them.
 
-**Loading** is an upsert: each Parquet shard is copied (binary COPY) into a
+**Loading** is an upsert: a Parquet shard none of whose rows is stored yet is
+copied (binary COPY) straight into the table; any other is copied into a
 temporary staging table and merged with INSERT ... ON CONFLICT (dataset, key)
-DO UPDATE in one transaction, so a rerun, a resumed run or a retried bundle
-leaves exactly one row per image. A row holding text PostgreSQL cannot store
+DO UPDATE, in one transaction either way, so a rerun, a resumed run or a
+retried bundle leaves exactly one row per image. A row holding text PostgreSQL cannot store
 (a NUL byte) is left out and reported; it never fails the shard. Creating the
 table and the index runs under an advisory lock, so concurrent loads wait for
 each other instead of colliding.
