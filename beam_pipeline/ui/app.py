@@ -7,6 +7,7 @@ path it was given: images are found by key in the record index.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import os
@@ -57,12 +58,16 @@ class UiState:
     search: NeighbourSearch | None = None
     quality: QualityRun | None = None
     max_file_bytes: int = 256 * 1024 * 1024
+    upload_timeout: float = 60.0  # Seconds an upload's body may take, at least (see UPLOAD_MIN_RATE).
 
     @property
     def can_upload(self) -> bool:
         """Whether an uploaded image can be searched (a table and the export)."""
         return self.search is not None and self.search.embedder is not None
 
+
+# A large upload gets longer than --upload_timeout: at least this many bytes a second must arrive.
+UPLOAD_MIN_RATE = 256 * 1024
 
 # A split or label filter is checked against the run's own values; this bounds only the request. The job
 # takes labels of any length, so the bound is generous.
@@ -198,7 +203,12 @@ def create_app(state: UiState) -> FastAPI:
             refuse(411, "POST /search needs a Content-Length (a browser's form upload sends one)")
         if int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed (64 KiB for the form's framing).
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
-        form = await request.form(max_files=1, max_fields=8)
+        # A client that declares a body and stops sending would hold its connection and this task forever.
+        deadline = max(state.upload_timeout, int(declared) / UPLOAD_MIN_RATE)
+        try:
+            form = await asyncio.wait_for(request.form(max_files=1, max_fields=8), deadline)
+        except TimeoutError:
+            refuse(408, f"the upload did not arrive within {deadline:.0f} s (--upload_timeout): send it again")
         upload = form.get("image")
         if upload is None or isinstance(upload, str):
             refuse(400, "POST /search takes a multipart/form-data body with a file field named 'image'")

@@ -44,6 +44,9 @@ def build_parser(prog: str = PROG):
     parser.add_argument("--open", action="store_true", help="Open the UI in a browser once it listens.")
     parser.add_argument("--max_file_bytes", type=int, default=DEFAULT_MAX_FILE_BYTES,
                         help="Refuse larger uploads (413, too_large_file).")
+    parser.add_argument("--upload_timeout", type=float, default=60.0,
+                        help="Seconds an upload's body may take to arrive (longer for large ones: at least 256 KiB/s); "
+                             "a stalled upload is answered 408 and its connection closed.")
     flags.add_verbose_flag(parser)
     return parser
 
@@ -58,6 +61,8 @@ def _refusal(args) -> str | None:
             return f"--{flag} {value} is not a folder"
     if not 0 <= args.port <= 65535:
         return f"--port must be from 0 to 65535, not {args.port}"
+    if not args.upload_timeout > 0:
+        return f"--upload_timeout must be more than 0 seconds, not {args.upload_timeout}"
     if args.max_file_bytes < 1:
         return f"--max_file_bytes must be at least 1, not {args.max_file_bytes}"
     if args.database is not None:

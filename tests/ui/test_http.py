@@ -42,7 +42,7 @@ def ui_server(ui_inputs, tmp_path_factory):
     process, url = ui_run.start_ui("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
                                    "--model_dir", ui_inputs["export"], "--database", ui_inputs["database"],
                                    "--quality_dir", ui_inputs["quality"], "--max_file_bytes", 1_000_000,
-                                   log_path=log)
+                                   "--upload_timeout", UPLOAD_TIMEOUT, log_path=log)
     try:
         yield url, log
     finally:
@@ -50,6 +50,7 @@ def ui_server(ui_inputs, tmp_path_factory):
 
 
 pytestmark = pytest.mark.slow
+UPLOAD_TIMEOUT = 8  # Seconds the module's server waits for an upload's body (the default is 60).
 
 
 def get(url, path, **kwargs):
@@ -209,6 +210,25 @@ def test_uploads_over_max_file_bytes_are_refused(ui_server):
     assert_readable_error(not_multipart, 400)
 
 
+def test_an_upload_that_stalls_is_answered_408_and_frees_its_connection(ui_server):
+    """A client that declares a body and stops sending must not hold a connection (and a task) forever."""
+    url, _ = ui_server
+    host, port = url.removeprefix("http://").split(":")
+    head = (f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+            f"Content-Length: 5000\r\n\r\n--x\r\nContent-Disposition: form-data; name=\"image\"; "
+            f"filename=\"a.jpg\"\r\n\r\n\xff\xd8\xff").encode("latin-1")
+    with socket.create_connection((host, int(port)), timeout=UPLOAD_TIMEOUT * 4) as stalled:
+        stalled.sendall(head)  # Then nothing: the other ~4,900 bytes never come.
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            chunk = stalled.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert get(url, "/").status_code == 200
+
+
 def test_an_uploaded_photo_finds_itself_first(ui_server, ui_inputs):
     url, _ = ui_server
     with open(ui_inputs["photos"][5], "rb") as f:
@@ -298,6 +318,7 @@ def test_bad_flags_are_one_line_and_exit_2(ui_inputs):
     for flags, words in [(["--input_dir", "/nonexistent"], "is not a folder"),
                          (["--input_dir", ui_inputs["job"], "--port", "70000"], "--port must be"),
                          (["--input_dir", ui_inputs["job"], "--table", "Bad-Name"], "--table"),
+                         (["--input_dir", ui_inputs["job"], "--upload_timeout", "0"], "--upload_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--model_dir", ui_inputs["export"]], "--predictions_dir")]:
         result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and words in result.stderr, result.stderr
