@@ -30,7 +30,7 @@ MEANING = {
     "shrink_speedup": "job seconds per image, full JPEG decode vs shrink-on-load, on 2.7 MP photos",
     "shrink_psnr": "PSNR (dB) of the shrink-on-load output against full decode, minimum over the photos",
     "predict_vs_model_predict": "predict job (marginal) vs `model.predict` over `make_dataset` (marginal, warmed up)",
-    "load_vs_bare_copy": "database load (a first load: COPY straight into the keyed table, marginal) vs one bare binary COPY",
+    "load_vs_bare_copy": "database load (first load: COPY straight into the keyed table, marginal) vs a bare COPY",
     "search_p50_ms": "search k=10 through the HNSW index, median latency (ms)",
     "search_p99_ms": "search k=10, 99th percentile latency (ms)",
     "search_recall_at_10": "recall@10 of that search against exact neighbours (default ef_search)",
