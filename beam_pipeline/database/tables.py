@@ -221,7 +221,10 @@ def upsert_table(connection, table, dataset_id, arrow_table):
     columns = table_columns(embeddings.type.list_size, kind.name)
     values = {name: arrow_table.column(name).to_pylist() for name, _ in columns[1:-1]}  # Converted once.
     left_out = unstorable_rows(values, columns)
-    keep = [index for index in range(len(arrow_table)) if index not in left_out]
+    # In key order, on both paths: concurrent loads of overlapping rows then take their key locks in one order
+    # (a direct COPY in shard order deadlocked against an upsert of the same keys).
+    keep = sorted((index for index in range(len(arrow_table)) if index not in left_out),
+                  key=lambda index: values["key"][index])
     if not keep:  # An empty shard (more shards than rows), or nothing storable: nothing to send.
         return 0, left_out
 
