@@ -19,6 +19,7 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from beam_pipeline.ui.chart import bar_chart
 from beam_pipeline.ui.neighbours import NeighbourSearch
@@ -87,8 +88,9 @@ def create_app(state: UiState) -> FastAPI:
     def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         return TEMPLATES.TemplateResponse(request, name, {"state": state, **context}, status_code=status_code)
 
-    def refuse(status: int, message: str) -> None:
-        raise HTTPException(status, message)
+    def refuse(status: int, message: str, close: bool = False) -> None:
+        # close: the client may still be sending a body nobody reads; the connection must not stay open for it.
+        raise HTTPException(status, message, headers={"Connection": "close"} if close else None)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> HTMLResponse:
@@ -98,7 +100,9 @@ def create_app(state: UiState) -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> HTMLResponse:
-        return page(request, "error.html", error.status_code, status=error.status_code, message=error.detail)
+        response = page(request, "error.html", error.status_code, status=error.status_code, message=error.detail)
+        response.headers.update(error.headers or {})
+        return response
 
     async def database_down(request: Request, error: Exception) -> HTMLResponse:
         # The database stopped or is unreachable: the page says so (503: try again), no traceback.
@@ -208,7 +212,10 @@ def create_app(state: UiState) -> FastAPI:
         try:
             form = await asyncio.wait_for(request.form(max_files=1, max_fields=8), deadline)
         except TimeoutError:
-            refuse(408, f"the upload did not arrive within {deadline:.0f} s (--upload_timeout): send it again")
+            refuse(408, f"the upload did not arrive within {deadline:g} s (--upload_timeout): send it again",
+                   close=True)
+        except ClientDisconnect:  # The client went away mid-upload: nobody to answer, nothing to log.
+            return Response(status_code=400)
         upload = form.get("image")
         if upload is None or isinstance(upload, str):
             refuse(400, "POST /search takes a multipart/form-data body with a file field named 'image'")

@@ -12,6 +12,7 @@ pool of database connections); requests only look things up.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -61,8 +62,8 @@ def _refusal(args) -> str | None:
             return f"--{flag} {value} is not a folder"
     if not 0 <= args.port <= 65535:
         return f"--port must be from 0 to 65535, not {args.port}"
-    if not args.upload_timeout > 0:
-        return f"--upload_timeout must be more than 0 seconds, not {args.upload_timeout}"
+    if not 0 < args.upload_timeout < math.inf:
+        return f"--upload_timeout must be a number of seconds more than 0, not {args.upload_timeout}"
     if args.max_file_bytes < 1:
         return f"--max_file_bytes must be at least 1, not {args.max_file_bytes}"
     if args.database is not None:

@@ -82,8 +82,13 @@ class PredictRun:
 
         self.layout = PredictionLayout(predictions_dir)
         self.manifest = self.layout.load_manifest()
-        self.dataset_id = (self.manifest.get("dataset") or {}).get("id")
-        self.table = (self.manifest.get("database") or {}).get("table")
+        dataset, database = (self.manifest.get(name) if isinstance(self.manifest, dict) else None
+                             for name in ("dataset", "database"))
+        if not isinstance(dataset, dict) or not isinstance(database or {}, dict):
+            raise ValueError(f"{self.layout.manifest_file} is damaged (no dataset record): rerun the predict job "
+                             "to rewrite it")
+        self.dataset_id = dataset.get("id")
+        self.table = (database or {}).get("table")
         self.top_k: dict[str, TopK] = {}
         for path in sorted(glob.glob(self.layout.shard_files_glob())):
             table = pq.read_table(path, columns=["key", "top_k_labels", "top_k_scores"]).to_pydict()

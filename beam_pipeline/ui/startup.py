@@ -6,6 +6,7 @@ What cannot be used is refused here with one line (exit 1), not at the first req
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from beam_pipeline import database
@@ -75,8 +76,9 @@ def _check_same_input(args: Any, job: JobRun, predict: PredictRun | None) -> Non
                            f"--input_dir {args.input_dir}: give the predict job's folder of this one")
     if args.quality_dir:
         run_file = QualityLayout(args.quality_dir).run_file
-        recorded = read_json(run_file)
-        if not isinstance(recorded, dict) or "input_sha256" not in recorded:
+        # A regular file only: a FIFO or a device there would block start-up on its read.
+        recorded = read_json(run_file) if os.path.isfile(run_file) else None
+        if not isinstance(recorded, dict) or not isinstance(recorded.get("input_sha256"), str):
             raise StartupError(f"{run_file} is missing or damaged, so the quality folder's input is unknown: rerun "
                                "the quality command to rewrite it")
         if recorded["input_sha256"] != job_input_sha256(job.manifest):

@@ -10,6 +10,7 @@ import re
 import socket
 import struct
 import subprocess
+import time
 import zlib
 
 import httpx
@@ -225,8 +226,27 @@ def test_an_upload_that_stalls_is_answered_408_and_frees_its_connection(ui_serve
             if not chunk:
                 break
             answer += chunk
-    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+        assert b"connection: close" in answer.lower(), answer[:300]
+        try:
+            stalled.sendall(b"x")  # A byte more after the answer kept a keep-alive connection open for good.
+            while stalled.recv(65536):  # The server closes it: b"" or a reset (a timeout here fails the test).
+                pass
+        except ConnectionResetError:
+            pass  # Closed: the byte reached a socket the server had already closed.
     assert get(url, "/").status_code == 200
+
+
+def test_a_client_that_drops_mid_upload_logs_no_traceback(ui_server):
+    url, log = ui_server
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as dropped:
+        dropped.sendall(f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x"
+                        f"\r\nContent-Length: 5000\r\n\r\n--x\r\n".encode("latin-1"))
+        time.sleep(1)  # The request is being read when the client goes away.
+    time.sleep(2)
+    assert get(url, "/").status_code == 200
+    assert "Traceback" not in log.read_text() and "Exception in ASGI" not in log.read_text(), log.read_text()[-3000:]
 
 
 def test_an_uploaded_photo_finds_itself_first(ui_server, ui_inputs):
@@ -319,6 +339,7 @@ def test_bad_flags_are_one_line_and_exit_2(ui_inputs):
                          (["--input_dir", ui_inputs["job"], "--port", "70000"], "--port must be"),
                          (["--input_dir", ui_inputs["job"], "--table", "Bad-Name"], "--table"),
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "0"], "--upload_timeout must be"),
+                         (["--input_dir", ui_inputs["job"], "--upload_timeout", "inf"], "--upload_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--model_dir", ui_inputs["export"]], "--predictions_dir")]:
         result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and words in result.stderr, result.stderr
@@ -420,7 +441,21 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
     import shutil
 
     shutil.copytree(ui_inputs["quality"], quality)
-    (quality / "run.json").write_text("{not json")
-    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--quality_dir", quality, "--port",
-                                              scaleout.free_port()), capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
+    for damage in ("{not json", '{"input_sha256": [1]}', "fifo"):  # A FIFO's read would block start-up.
+        (quality / "run.json").unlink()
+        if damage == "fifo":
+            os.mkfifo(quality / "run.json")
+        else:
+            (quality / "run.json").write_text(damage)
+        result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--quality_dir", quality,
+                                                  "--port", scaleout.free_port()),
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
+    predictions = tmp_path / "predictions"
+    shutil.copytree(ui_inputs["predictions"], predictions)
+    (predictions / "manifest.json").write_text("[]")
+    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--predictions_dir", predictions,
+                                              "--port", scaleout.free_port()), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1 and "manifest.json is damaged" in result.stderr, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
