@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tf_serving_input import failures, formats
@@ -333,19 +334,80 @@ def _whole_box(image: tf.Tensor) -> tf.Tensor:
     return tf.concat([tf.zeros([2]), tf.cast(tf.shape(image)[:2], tf.float32)], 0)
 
 
+# Output rows per block of the banded resampling below: 16 measured fastest of 8, 16, 24 and 32.
+_BAND_ROWS = 16
+# ScaleAndTranslate leaves an output pixel black when its filter weights sum to less than this.
+_SMALLEST_WEIGHT_SUM = 1000.0 * float(np.finfo(np.float32).tiny)
+# Fixed point, so that every sum is exact in float32 (an integer below 2 ** 24) whatever order a
+# matmul kernel adds in, and the bytes do not depend on the thread count or the CPU: the first pass
+# weighs 0-255 by 16-bit weights (255 * 2 ** 16 < 2 ** 24), its result is kept to 1/8 of a level,
+# and the second pass weighs that by 12-bit weights (8 * 255 * 2 ** 12 < 2 ** 24).
+_FIRST_WEIGHT_BITS, _BETWEEN_BITS, _SECOND_WEIGHT_BITS = 16, 3, 12
+
+
+def _band_weights(input_size: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tensor,
+                  translation: tf.Tensor, bits: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """One axis of the antialiased triangle filter, in blocks of `_BAND_ROWS` outputs.
+
+    Returns (first input index of each block int32 [B], weights [B, _BAND_ROWS, taps]): output o
+    of block b is the weighted sum of inputs first[b] .. first[b] + taps - 1. The weights are
+    ScaleAndTranslate's (kernel_type="triangle", antialias=True): output o samples the input at
+    (o + 0.5 - translation) / scale, the triangle is widened by 1 / scale when shrinking, the
+    weights are normalized over the inputs that exist, and an output whose sample falls outside
+    the input is 0. They are whole numbers (float32) summing to exactly 2 ** bits per output.
+    """
+    inverse = 1.0 / scale
+    kernel_scale = tf.maximum(inverse, 1.0)
+    blocks = (output_size + _BAND_ROWS - 1) // _BAND_ROWS
+    # Enough inputs for a whole block's spans: (rows - 1) / scale apart, each 2 x kernel_scale wide.
+    taps = tf.minimum(tf.cast(tf.math.ceil(_BAND_ROWS * inverse + 2.0 * kernel_scale), tf.int32) + 2, input_size)
+    outputs = tf.reshape(tf.range(blocks * _BAND_ROWS), [blocks, _BAND_ROWS])
+    sample = (tf.cast(outputs, tf.float32) + 0.5) * inverse - inverse * translation
+    first = tf.cast(tf.math.ceil(sample[:, 0] - kernel_scale - 0.5), tf.int32)
+    first = tf.clip_by_value(first, 0, input_size - taps)
+    source = tf.cast(first[:, None, None] + tf.range(taps), tf.float32) + 0.5
+    weights = tf.maximum(0.0, 1.0 - tf.abs((source - sample[..., None]) * (1.0 / kernel_scale)))
+    total = tf.reduce_sum(weights, -1, keepdims=True)
+    kept = tf.logical_and(tf.logical_and(sample >= 0.0, sample <= tf.cast(input_size, tf.float32)),
+                          outputs < output_size)[..., None]
+    kept = tf.logical_and(kept, total >= _SMALLEST_WEIGHT_SUM)
+    whole = tf.round(weights * ((2.0 ** bits) / tf.where(kept, total, 1.0)))
+    # The rounding's remainder goes to each output's largest weight: the weights sum to 2 ** bits,
+    # so a flat image stays exactly flat.
+    remainder = 2.0 ** bits - tf.reduce_sum(whole, -1, keepdims=True)
+    whole += remainder * tf.one_hot(tf.argmax(whole, -1), taps)
+    return first, tf.where(kept, whole, 0.0)
+
+
+def _resample_rows(rows: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tensor, translation: tf.Tensor,
+                   bits: int) -> tf.Tensor:
+    """[input rows, N] (whole numbers) -> float32 [output_size, N] filtered along the rows, times 2 ** bits."""
+    first, weights = _band_weights(tf.shape(rows)[0], output_size, scale, translation, bits)
+    # Each block multiplies only the rows its outputs reach: one small matmul a block (oneDNN),
+    # instead of a dense [output, input] matrix that is mostly zeros.
+    band = tf.cast(tf.gather(rows, first[:, None] + tf.range(tf.shape(weights)[-1])), tf.float32)
+    return tf.reshape(tf.matmul(weights, band), [-1, tf.shape(rows)[1]])[:output_size]
+
+
 def _scale_and_translate(image: tf.Tensor, height: tf.Tensor | int, width: tf.Tensor | int, scale: tf.Tensor,
                          translation: tf.Tensor) -> tf.Tensor:
     """Antialiased (triangle-filtered) resampling of uint8 [H, W, 3] to uint8 [height, width, 3].
 
-    Output pixel (y, x) samples the input at ((y, x) + 0.5 - translation) / scale - 0.5:
-    the op behind tf.image.resize(antialias=True), with sub-pixel placement.
+    Output pixel (y, x) samples the input at ((y, x) + 0.5 - translation) / scale - 0.5: the
+    filter of tf.image.resize(antialias=True)'s op, ScaleAndTranslate, with sub-pixel placement,
+    in fixed point (within one level of the op). Done as banded matmuls, one axis at a time:
+    1.6 against the op's 2.2 ms for 378x378 -> 224x224 on one core.
     """
-    # Float input: the op's uint8 kernel gives the very same numbers (checked bit for bit) but
-    # measured ~1.7x slower than casting first (3.1 vs 1.8 ms for 375x375 -> 224x224).
-    resized = tf.raw_ops.ScaleAndTranslate(
-        images=tf.cast(image[None], tf.float32), size=tf.stack([height, width]), scale=scale,
-        translation=translation, kernel_type="triangle", antialias=True)[0]
-    return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+    in_height, in_width = tf.shape(image)[0], tf.shape(image)[1]
+    columns = _resample_rows(tf.reshape(image, [in_height, in_width * 3]), height, scale[0], translation[0],
+                             _FIRST_WEIGHT_BITS)
+    columns = tf.round(columns * 2.0 ** (_BETWEEN_BITS - _FIRST_WEIGHT_BITS))  # In 1/8 levels.
+    columns = tf.reshape(tf.transpose(tf.reshape(columns, [height, in_width, 3]), [1, 0, 2]), [in_width, height * 3])
+    resized = _resample_rows(columns, width, scale[1], translation[1], _SECOND_WEIGHT_BITS)  # [width, height * 3]
+    # Turned back in float32 (oneDNN's transpose), where uint8 measured slower (0.19 vs 0.1 ms).
+    resized = tf.transpose(tf.reshape(resized, [width, height, 3]), [1, 0, 2])
+    resized = tf.round(resized * 2.0 ** -(_BETWEEN_BITS + _SECOND_WEIGHT_BITS))
+    return tf.cast(tf.clip_by_value(resized, 0.0, 255.0), tf.uint8)
 
 
 def resize_image(image: tf.Tensor, image_size: int, resize_mode: str = "center_crop",

@@ -219,6 +219,36 @@ def test_center_crop_is_resize_shorter_side_then_crop_center(height, width):
     assert np.abs(out - expected).max() <= 1  # Same placement: only rounding differs.
 
 
+def test_the_banded_resampling_is_scale_and_translate_within_one_level():
+    """The resize computes ScaleAndTranslate's antialiased triangle filter in its own ops (banded matmuls).
+
+    Random sizes from 1 to 700 pixels, shrinking (down to 1/700) and enlarging (up to 300x), with
+    sub-pixel translations that move samples off the image's edges: every output pixel within one
+    level of the op's (only the fixed-point rounding differs), and almost all of them equal.
+    """
+    rng = np.random.default_rng(24)
+    resample = tf.function(pp._scale_and_translate)
+    differing = []
+    for _ in range(40):
+        height, width = (int(side) for side in rng.integers(1, 700, 2))
+        out_height, out_width = (int(side) for side in rng.integers(1, 300, 2))
+        scale = np.array([out_height / height, out_width / width], np.float32) * rng.uniform(0.8, 1.25, 2).astype(
+            np.float32)
+        translation = rng.uniform(-20, 20, 2).astype(np.float32)
+        image = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        expected = tf.raw_ops.ScaleAndTranslate(
+            images=tf.cast(image[None], tf.float32), size=[out_height, out_width], scale=scale,
+            translation=translation, kernel_type="triangle", antialias=True)[0].numpy()
+        expected = np.clip(np.round(expected), 0, 255)
+        out = resample(tf.constant(image), tf.constant(out_height), tf.constant(out_width), tf.constant(scale),
+                       tf.constant(translation))
+        assert out.shape == expected.shape and out.dtype == tf.uint8
+        difference = np.abs(out.numpy().astype(float) - expected)
+        assert difference.max() <= 1, (height, width, out_height, out_width, scale, translation)
+        differing.append((difference > 0).mean())
+    assert np.mean(differing) < 0.05  # Fixed-point weights (see _scale_and_translate): 2-3% measured.
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("resize_mode", ["center_crop", "pad", "stretch"])
 def test_shrink_on_load_matches_full_decode(resize_mode, mode):
