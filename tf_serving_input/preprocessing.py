@@ -336,6 +336,11 @@ def _whole_box(image: tf.Tensor) -> tf.Tensor:
 
 # Output rows per block of the banded resampling below: 16 measured fastest of 8, 16, 24 and 32.
 _BAND_ROWS = 16
+# Fewer rows a block when a row is short (a very thin image): a block's weights hold about
+# (rows + 2) x its inputs' count numbers, its band of pixels (rows + 2) / rows x the inputs x the
+# row's length, so rows <= length / 48 keeps the weights a small part of it (a 1 x 10,000,000
+# picture took 3.7 GB with 16 rows a block, against 0.34 GB for the op).
+_ROW_LENGTH_PER_BAND_ROW = 48
 # ScaleAndTranslate leaves an output pixel black when its filter weights sum to less than this.
 _SMALLEST_WEIGHT_SUM = 1000.0 * float(np.finfo(np.float32).tiny)
 # Fixed point, so that every sum is exact in float32 (an integer below 2 ** 24) whatever order a
@@ -345,11 +350,11 @@ _SMALLEST_WEIGHT_SUM = 1000.0 * float(np.finfo(np.float32).tiny)
 _FIRST_WEIGHT_BITS, _BETWEEN_BITS, _SECOND_WEIGHT_BITS = 16, 3, 12
 
 
-def _band_weights(input_size: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tensor,
-                  translation: tf.Tensor, bits: int) -> tuple[tf.Tensor, tf.Tensor]:
-    """One axis of the antialiased triangle filter, in blocks of `_BAND_ROWS` outputs.
+def _band_weights(input_size: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tensor, translation: tf.Tensor,
+                  bits: int, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """One axis of the antialiased triangle filter, in blocks of `rows` outputs.
 
-    Returns (first input index of each block int32 [B], weights [B, _BAND_ROWS, taps]): output o
+    Returns (first input index of each block int32 [B], weights [B, rows, taps]): output o
     of block b is the weighted sum of inputs first[b] .. first[b] + taps - 1. The weights are
     ScaleAndTranslate's (kernel_type="triangle", antialias=True): output o samples the input at
     (o + 0.5 - translation) / scale, the triangle is widened by 1 / scale when shrinking, the
@@ -358,10 +363,11 @@ def _band_weights(input_size: tf.Tensor, output_size: tf.Tensor | int, scale: tf
     """
     inverse = 1.0 / scale
     kernel_scale = tf.maximum(inverse, 1.0)
-    blocks = (output_size + _BAND_ROWS - 1) // _BAND_ROWS
-    # Enough inputs for a whole block's spans: (rows - 1) / scale apart, each 2 x kernel_scale wide.
-    taps = tf.minimum(tf.cast(tf.math.ceil(_BAND_ROWS * inverse + 2.0 * kernel_scale), tf.int32) + 2, input_size)
-    outputs = tf.reshape(tf.range(blocks * _BAND_ROWS), [blocks, _BAND_ROWS])
+    blocks = (output_size + rows - 1) // rows
+    # Enough inputs for a whole block's spans: (rows - 1) / scale apart, each 2 x kernel_scale + 1 wide at most.
+    taps = tf.cast(tf.math.ceil(tf.cast(rows - 1, tf.float32) * inverse + 2.0 * kernel_scale), tf.int32) + 2
+    taps = tf.minimum(taps, input_size)
+    outputs = tf.reshape(tf.range(blocks * rows), [blocks, rows])
     sample = (tf.cast(outputs, tf.float32) + 0.5) * inverse - inverse * translation
     first = tf.cast(tf.math.ceil(sample[:, 0] - kernel_scale - 0.5), tf.int32)
     first = tf.clip_by_value(first, 0, input_size - taps)
@@ -374,19 +380,24 @@ def _band_weights(input_size: tf.Tensor, output_size: tf.Tensor | int, scale: tf
     whole = tf.round(weights * ((2.0 ** bits) / tf.where(kept, total, 1.0)))
     # The rounding's remainder goes to each output's largest weight: the weights sum to 2 ** bits,
     # so a flat image stays exactly flat.
-    remainder = 2.0 ** bits - tf.reduce_sum(whole, -1, keepdims=True)
-    whole += remainder * tf.one_hot(tf.argmax(whole, -1), taps)
+    remainder = 2.0 ** bits - tf.reduce_sum(whole, -1)
+    largest = tf.stack([tf.repeat(tf.range(blocks), rows), tf.tile(tf.range(rows), [blocks]),
+                        tf.reshape(tf.argmax(whole, -1, output_type=tf.int32), [-1])], 1)
+    whole = tf.tensor_scatter_nd_add(whole, largest, tf.reshape(remainder, [-1]))
     return first, tf.where(kept, whole, 0.0)
 
 
 def _resample_rows(rows: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tensor, translation: tf.Tensor,
                    bits: int) -> tf.Tensor:
     """[input rows, N] (whole numbers) -> float32 [output_size, N] filtered along the rows, times 2 ** bits."""
-    first, weights = _band_weights(tf.shape(rows)[0], output_size, scale, translation, bits)
+    length = tf.shape(rows)[1]
+    first, weights = _band_weights(tf.shape(rows)[0], output_size, scale, translation, bits,
+                                   tf.clip_by_value(tf.minimum(length // _ROW_LENGTH_PER_BAND_ROW, output_size),
+                                                    1, _BAND_ROWS))
     # Each block multiplies only the rows its outputs reach: one small matmul a block (oneDNN),
     # instead of a dense [output, input] matrix that is mostly zeros.
     band = tf.cast(tf.gather(rows, first[:, None] + tf.range(tf.shape(weights)[-1])), tf.float32)
-    return tf.reshape(tf.matmul(weights, band), [-1, tf.shape(rows)[1]])[:output_size]
+    return tf.reshape(tf.matmul(weights, band), [-1, length])[:output_size]
 
 
 def _scale_and_translate(image: tf.Tensor, height: tf.Tensor | int, width: tf.Tensor | int, scale: tf.Tensor,

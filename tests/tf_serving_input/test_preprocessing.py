@@ -1,6 +1,9 @@
 """Every preprocessing op, eagerly, inside tf.data and inside a tf.function (they can differ)."""
 
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ import tensorflow as tf
 from PIL import Image, ImageOps
 
 import imaging
+from conftest import REPO_ROOT
 from tf_serving_input import failures, formats
 from tf_serving_input import preprocessing as pp
 from tf_serving_input.features import PreprocessConfig
@@ -247,6 +251,29 @@ def test_the_banded_resampling_is_scale_and_translate_within_one_level():
         assert difference.max() <= 1, (height, width, out_height, out_width, scale, translation)
         differing.append((difference > 0).mean())
     assert np.mean(differing) < 0.05  # Fixed-point weights (see _scale_and_translate): 2-3% measured.
+
+
+_THIN_IMAGE_PEAK = """
+import resource
+import tensorflow as tf
+from tf_serving_input import preprocessing as pp
+image = tf.zeros([1, 10_000_000, 3], tf.uint8) + 7
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+pp.resize_image(image, 224, "pad").numpy()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+def test_a_very_thin_image_resizes_in_bounded_memory():
+    """A 1 x 10,000,000 picture (a tenth of max_pixels) in pad mode, in a process of its own (peak RSS).
+
+    Blocks of 16 output rows made its weights 16 x 10 M numbers: the resize took 3.7 GB (the
+    ScaleAndTranslate op before it 0.34 GB). Blocks shrink with the row's length: 0.5 GB.
+    """
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _THIN_IMAGE_PEAK], env=env, capture_output=True, text=True,
+                          check=True, cwd=REPO_ROOT)
+    assert int(done.stdout.split()[-1]) * 1024 < 1.2 * 2**30  # ru_maxrss is in KiB.
 
 
 @pytest.mark.parametrize("mode", MODES)
