@@ -253,6 +253,22 @@ def test_the_banded_resampling_is_scale_and_translate_within_one_level():
     assert np.mean(differing) < 0.05  # Fixed-point weights (see _scale_and_translate): 2-3% measured.
 
 
+@pytest.mark.parametrize("side,size", [(20_000, 1), (40_000, 4), (10_000, 1)])
+def test_a_shrink_by_thousands_averages_like_the_op(side, size):
+    """A 1/20,000 shrink: each weight is below one unit of the fixed point (hostile trial).
+
+    Weights rounded one by one all became 0 and the output was the first input pixel (0 where
+    the op gives 127); rounded as running totals they still average.
+    """
+    ramp = (np.arange(side) * 255 // (side - 1)).astype(np.uint8)
+    image = np.broadcast_to(ramp[None, :, None], (4, side, 3)).copy()
+    out = pp.resize_image(tf.constant(image), size, "stretch").numpy().astype(int)
+    expected = tf.raw_ops.ScaleAndTranslate(
+        images=tf.cast(image[None], tf.float32), size=[size, size], scale=[size / 4, size / side],
+        translation=[0.0, 0.0], kernel_type="triangle", antialias=True)[0].numpy()
+    assert np.abs(out - np.clip(np.round(expected), 0, 255)).max() <= 1
+
+
 _THIN_IMAGE_PEAK = """
 import resource
 import tensorflow as tf
@@ -328,3 +344,14 @@ def test_decode_failures_are_told_apart_truncated_from_corrupt(mode):
         detail = failure.detail
         assert detail.startswith(name.split()[1].upper()) and "function_node" not in detail, detail
         assert "[Op:" not in detail and "Traceback" not in detail and "[[" not in detail, detail
+
+
+@pytest.mark.parametrize("height,width", [(224, 224), (33_026, 1), (1, 70_000)])
+def test_pixel_moments_are_exact_int64_sums(height, width):
+    """Sums, sums of squares and count, exact at any size (a column of 33,026 squares of 255 overflows int32)."""
+    from tf_serving_input.normalization import pixel_moments
+
+    image = np.random.default_rng(height).integers(200, 256, (height, width, 3), dtype=np.uint8)
+    pixels = image.reshape(-1, 3).astype(np.int64)
+    expected = [*pixels.sum(0), *(pixels * pixels).sum(0), height * width]
+    assert pixel_moments(tf.constant(image)).numpy().tolist() == expected
