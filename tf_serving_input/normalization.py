@@ -35,13 +35,13 @@ def pixel_moments(image: tf.Tensor) -> tf.Tensor:
     """
     height, width = tf.shape(image)[0], tf.shape(image)[1]
     rows = tf.cast(tf.reshape(image, [height, width * 3]), tf.int32)
-    squares = tf.cast(rows, tf.int64)
+    rows64 = tf.cast(rows, tf.int64)
 
     def per_channel(values: tf.Tensor) -> tf.Tensor:
         return tf.reduce_sum(tf.reshape(tf.cast(tf.reduce_sum(values, 0), tf.int64), [width, 3]), 0)
 
     count = tf.cast(tf.reshape(height * width, [1]), tf.int64)
-    return tf.concat([per_channel(rows), per_channel(squares * squares), count], axis=0)
+    return tf.concat([per_channel(rows), per_channel(rows64 * rows64), count], axis=0)
 
 
 def normalize_images(images: tf.Tensor, mean: tf.Tensor | Sequence[float],
