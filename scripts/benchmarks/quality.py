@@ -83,6 +83,19 @@ def stage_in_process(count, folder):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def with_copies(found, hashes):
+    """The pairs of positions `found` stands for: pair finding compares the images of one hash as one member
+    (pairs.py, "Copies"), so a pair of two hashes' representatives holds for every image of each, and the
+    images of one hash are pairs at distance 0. What the groups are built from, as pairs to score."""
+    holders = {}
+    for position, value in enumerate(hashes.tolist()):
+        holders.setdefault(value, []).append(position)
+    pairs = {(x, y) for same in holders.values() for i, x in enumerate(same) for y in same[i + 1:]}
+    for a, b in found:
+        pairs |= {(min(x, y), max(x, y)) for x in holders[int(hashes[a])] for y in holders[int(hashes[b])] if x != y}
+    return pairs
+
+
 def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_step=None):
     """The accuracy dict of benchmarks.planted.accuracy at the job's default thresholds (real photos)."""
     import tensorflow as tf
@@ -109,8 +122,9 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
             members = values[:, band] == value
             found |= {(a, b) for a, b, _ in bucket_pairs(ids[members], hashes[members], max_distance,
                                                           defaults.max_bucket)}
-    result = planted.accuracy(items, hashes, found)
-    result["all_pairs_found"] = len({(a, b) for a, b, _ in brute_force_pairs(ids, hashes, max_distance)})
+    result = planted.accuracy(items, hashes, with_copies(found, hashes))
+    result["all_pairs_found"] = len(with_copies({(a, b) for a, b, _ in brute_force_pairs(ids, hashes, max_distance)},
+                                                hashes))
     result["thresholds"] = {"hash_distance": max_distance, "bands": len(bands)}
     return result
 

@@ -81,14 +81,40 @@ def test_pairs_beyond_the_pigeonhole_distance_are_true_pairs_only():
 
 
 def test_an_oversized_bucket_pairs_only_identical_hashes():
-    # 50 identical hashes and 50 one-bit variants in one bucket: over max_bucket only the identical ones pair.
+    # 30 distinct hashes within 1 bit of each other, each held by 3 images: over max_bucket (20 distinct hashes)
+    # only the copies pair, each to its first; at or under it the 30 representatives are compared too.
     base = 0x0F0F0F0F0F0F0F0F
-    hashes = np.array([base] * 50 + [base ^ (1 << 63)] * 50, dtype=np.uint64)
-    ids = np.arange(100, dtype=np.int64)
+    distinct = [base] + [base ^ (1 << bit) for bit in range(29)]
+    hashes = np.array([h for h in distinct for _ in range(3)], dtype=np.uint64)
+    ids = np.arange(90, dtype=np.int64)
     found = set(pairs.bucket_pairs(ids, hashes, 4, max_bucket=20))
-    assert len(found) == 49 + 49 and all(d == 0 for _, _, d in found)
-    assert found == {(0, i, 0) for i in range(1, 50)} | {(50, i, 0) for i in range(51, 100)}
-    assert len(set(pairs.bucket_pairs(ids, hashes, 4, max_bucket=200))) == 100 * 99 // 2
+    assert found == {(first, first + k, 0) for first in range(0, 90, 3) for k in (1, 2)}
+    compared = set(pairs.bucket_pairs(ids, hashes, 4, max_bucket=30))
+    assert compared - found == {(a, b, 1 if a == 0 else 2) for a in range(0, 90, 3) for b in range(a + 3, 90, 3)}
+
+
+def test_copies_of_a_hash_pair_once_each_with_the_first_through_the_pipeline():
+    # 150 hashes (20 near pairs among them), each held by 10 images: 9 pairs a hash (linear), not 45 (every
+    # pair among them), each with the smallest id of its hash; near pairs are between those representatives.
+    rng = np.random.default_rng(7)
+    distinct = rng.integers(0, 2**63, size=130, dtype=np.uint64)
+    distinct = np.concatenate([distinct, distinct[:20] ^ np.uint64(0b1001)])  # 20 near pairs, 2 bits apart.
+    hashes = np.repeat(distinct, 10)
+    ids = rng.permutation(len(hashes)).astype(np.int64) * 1000 - 700_000
+    first = [int(ids[hashes == h].min()) for h in distinct]  # The representative of each distinct hash.
+    of_hash = {int(h): n for n, h in enumerate(distinct)}
+    expected = {(first[of_hash[int(h)]], int(i), 0) for h, i in zip(hashes, ids, strict=True)
+                if first[of_hash[int(h)]] != i}
+    assert len(expected) == 150 * 9
+    expected |= {(min(first[a], first[b]), max(first[a], first[b]), d)
+                 for a, b, d in pairs.brute_force_pairs(np.arange(150, dtype=np.int64), distinct, 10)}
+    assert pairs.brute_force_pairs(ids, hashes, 10) == expected
+    with TestPipeline() as pipeline:
+        found = (pipeline
+                 | "Hashes" >> beam.Create(list(zip(ids.tolist(), pairs.as_signed(hashes).tolist(), strict=True)))
+                 | "Find" >> pairs.FindHashPairs(10, 14, 5, 10_000))
+        assert_that(found, equal_to(sorted(expected)))
+    assert len([d for _, _, d in expected if d == 2]) == 20
 
 
 def test_far_pairs_through_the_pipeline_are_a_subset_of_brute_force():
