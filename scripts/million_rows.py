@@ -377,7 +377,43 @@ def main(argv=None):
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
+    print(markdown_tables(results))
     return 0
+
+
+def markdown_tables(results):
+    """The stage table and the search table of docs/million_rows.md, from results.json's dict."""
+    gib = 2**30
+    job, predict, load, index = results["job"], results["predict"], results["load"], results["index"]
+    database = results["database_bytes"]
+    predicted_rate = results["rows"] / (predict["killed_leg_seconds"] + predict["predict_seconds"])
+    stages = [
+        ("input (not part of the workflow)", f"{results['input']['seconds']:,.0f} s", "", "",
+         f"{results['input']['bytes'] / gib:.2f} GiB of JPEGs"),
+        ("job (`preprocess`)", f"{job['seconds']:,.0f} s", f"{job['images_per_s']:,.0f} images/s",
+         f"{job['peak_pss'] / gib:.2f} GiB", f"{job['bytes'] / gib:.1f} GiB of TFRecords"),
+        (f"predict, killed leg (SIGKILL at {predict['shards_done_at_kill']:,} of {predict['shards']:,} shards)",
+         f"{predict['killed_leg_seconds']:,.0f} s", "", f"{predict['peak_pss'] / gib:.2f} GiB", ""),
+        ("predict, resumed leg: prediction", f"{predict['predict_seconds']:,.0f} s",
+         f"{predicted_rate:,.0f} images/s over both legs", f"{predict['peak_pss'] / gib:.2f} GiB",
+         f"{predict['parquet_bytes'] / gib:.2f} GiB of Parquet"),
+        ("load", f"{load['seconds']:,.1f} s", f"{load['rows_per_s']:,.0f} rows/s, {load['vs_bare_copy']:.2f}x a bare "
+         f"COPY ({load['bare_copy_rows_per_s']:,.0f} rows/s)", "", f"table {database['table'] / gib:.2f} GiB"),
+        ("HNSW index", f"{index['seconds']:,.0f} s", f"{results['rows'] / index['seconds']:,.0f} rows/s", "",
+         f"index {database['index'] / gib:.2f} GiB"),
+        ("search stage", f"{results['search']['stage_seconds']:,.0f} s", "", "", ""),
+        ("**whole workflow** (job to search)", f"**{results['workflow_seconds']:,.0f} s**", "",
+         f"PostgreSQL server: {results['server_peak_pss'] / gib:.2f} GiB",
+         f"data folder {database['data_folder'] / gib:.2f} GiB"),
+    ]
+    lines = ["| stage | wall | rate | peak memory (PSS of the process tree) | disk |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in stages]
+    lines += ["", "| query | p50 | p99 | recall@10 against exact search |", "|---|---|---|---|"]
+    for name, key in (("all rows", "search"), ("`--split validation`", "search_validation_only")):
+        search = results[key]
+        lines.append(f"| {name} | {search['p50_ms']:.2f} ms | {search['p99_ms']:.1f} ms "
+                     f"| {search['recall_at_10']:.3f} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
