@@ -101,8 +101,8 @@ def build_parser(prog: str = PROG) -> Any:
                              "Pairs within (non-overlapping bands - 1) bits are found for certain: 3 with the "
                              "defaults; further pairs when one band is untouched (measured, README).")
     parser.add_argument("--max_bucket", type=int, default=2000,
-                        help="A band bucket with more images than this pairs only identical hashes (no all-pairs "
-                             "comparison); summary.json counts such buckets.")
+                        help="A band bucket with more distinct hashes than this pairs only identical hashes (no "
+                             "all-pairs comparison); summary.json counts such buckets.")
     parser.add_argument("--near_constant_contrast", type=float, default=4.0,
                         help="Flag 'near_constant' below this standard deviation of the gray level (0-255); "
                              "such images are left out of the near-duplicate search (they all hash alike).")

@@ -47,7 +47,8 @@ def read_predictions(path: str, keys: set[str] | None = None) -> pa.Table:
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         table = pq.read_table(io.BytesIO(f.read()), columns=["key", "label", "embedding"])
     if keys is not None:
-        table = table.filter(pc.is_in(table.column("key"), value_set=pa.array(sorted(keys))))
+        # Typed: an empty set (no candidate pairs) would make a null-typed array, which is_in refuses.
+        table = table.filter(pc.is_in(table.column("key"), value_set=pa.array(sorted(keys), pa.string())))
     return table
 
 

@@ -104,14 +104,18 @@ def band_key(band: int, value: int) -> int:
 
 
 def bucket_pairs(ids: np.ndarray, hashes: np.ndarray, max_distance: int, max_bucket: int,
-                 copies: bool = True) -> Iterator[tuple[int, int, int]]:
+                 copies: bool = True, collapse: bool = True) -> Iterator[tuple[int, int, int]]:
     """The pairs (id_a < id_b, distance) of one bucket within `max_distance` (see "Copies" in the module's docstring).
 
     `ids`: int64 [N]; `hashes`: uint64 [N]. Images with the same hash are one member of the comparison, named by
     their smallest id (their representative); with `copies`, each other one is paired to it at distance 0.
     Distinct hashes are compared all against all unless there are more than `max_bucket` of them.
+    Without `collapse`, every pair of the bucket within the distance, copies included (quadratic in them).
     """
     if len(ids) < 2:
+        return
+    if not collapse:
+        yield from _every_pair(ids, hashes, max_distance, max_bucket)
         return
     unique, inverse = np.unique(hashes, return_inverse=True)
     representative = np.full(len(unique), np.iinfo(np.int64).max, dtype=np.int64)
@@ -127,6 +131,24 @@ def bucket_pairs(ids: np.ndarray, hashes: np.ndarray, max_distance: int, max_buc
     left, right = np.nonzero(np.triu(distances <= max_distance, k=1))
     for a, b, d in zip(representative[left].tolist(), representative[right].tolist(),
                        distances[left, right].tolist(), strict=True):
+        yield (min(a, b), max(a, b), d)
+
+
+def _every_pair(ids: np.ndarray, hashes: np.ndarray, max_distance: int,
+                max_bucket: int) -> Iterator[tuple[int, int, int]]:
+    """`bucket_pairs` without collapsing copies; over `max_bucket` members, each copy to its run's first."""
+    if len(ids) > max_bucket:  # Linear: runs of equal hashes after a sort, each member paired to its run's first.
+        order = np.lexsort((ids, hashes))
+        sorted_ids, sorted_hashes = ids[order], hashes[order]
+        starts = np.r_[True, sorted_hashes[1:] != sorted_hashes[:-1]]
+        first = sorted_ids[np.maximum.accumulate(np.where(starts, np.arange(len(ids)), 0))]
+        for a, b in zip(first[~starts].tolist(), sorted_ids[~starts].tolist(), strict=True):
+            yield (a, b, 0)
+        return
+    distances = hamming(hashes[:, None], hashes[None, :])
+    left, right = np.nonzero(np.triu(distances <= max_distance, k=1))
+    for i, j, d in zip(left.tolist(), right.tolist(), distances[left, right].tolist(), strict=True):
+        a, b = int(ids[i]), int(ids[j])
         yield (min(a, b), max(a, b), d)
 
 
@@ -151,9 +173,10 @@ class _BandKeys(beam.DoFn):
 class _VerifyBucket(beam.DoFn):
     """(band key, [(id, hash)]) -> (id_a, id_b, distance) within the threshold; oversized buckets tagged."""
 
-    def __init__(self, max_distance: int, max_bucket: int) -> None:
+    def __init__(self, max_distance: int, max_bucket: int, collapse: bool) -> None:
         self._max_distance = max_distance
         self._max_bucket = max_bucket
+        self._collapse = collapse
 
     def process(self, element: tuple[int, Iterable[tuple[int, int]]]) -> Iterator[object]:
         key, members = element
@@ -162,23 +185,29 @@ class _VerifyBucket(beam.DoFn):
             return
         ids = np.array([m[0] for m in members], dtype=np.int64)
         hashes = as_unsigned([m[1] for m in members])
-        if len(members) > self._max_bucket and distinct_hashes(hashes) > self._max_bucket:
+        if len(members) > self._max_bucket and (not self._collapse or distinct_hashes(hashes) > self._max_bucket):
             yield beam.pvalue.TaggedOutput(OVERSIZED, (key, len(members)))
         # Copies meet in every band's bucket: they are paired in band 0's only, so each pair is emitted once.
-        yield from bucket_pairs(ids, hashes, self._max_distance, self._max_bucket, copies=key >> 32 == 0)
+        yield from bucket_pairs(ids, hashes, self._max_distance, self._max_bucket, copies=key >> 32 == 0,
+                                collapse=self._collapse)
 
 
 class FindHashPairs(beam.PTransform):
     """(id, hash) signed int64s -> distinct (id_a, id_b, distance) with id_a < id_b, distance <= max_distance.
 
     Also `.oversized`: (band key, size) of each bucket larger than `max_bucket` (see the module's docstring).
+    `collapse_copies` (the default): images with one hash are compared as one ("Copies"), right where the pairs
+    only join groups. Off where each pair is looked at on its own: the embedding signatures' candidates are
+    verified one by one and counted as neighbours, so a copy must be proposed with every image, not one.
     """
 
-    def __init__(self, max_distance: int, band_width: int, band_step: int, max_bucket: int) -> None:
+    def __init__(self, max_distance: int, band_width: int, band_step: int, max_bucket: int,
+                 collapse_copies: bool = True) -> None:
         super().__init__()
         self._max_distance = max_distance
         self._bands = band_bits(band_width, band_step)  # Refuses bad band settings at construction.
         self._max_bucket = max_bucket
+        self._collapse = collapse_copies
         self.oversized: beam.PCollection | None = None
 
     def expand(self, hashes: beam.PCollection) -> beam.PCollection:
@@ -190,7 +219,7 @@ class FindHashPairs(beam.PTransform):
                  # (band key, (id, hash))
                  | "GroupByBand" >> beam.GroupByKey()
                  # (band key, [(id, hash)])
-                 | "VerifyBuckets" >> beam.ParDo(_VerifyBucket(self._max_distance, self._max_bucket))
+                 | "VerifyBuckets" >> beam.ParDo(_VerifyBucket(self._max_distance, self._max_bucket, self._collapse))
                  .with_outputs(OVERSIZED, main="pairs"))
         self.oversized = found[OVERSIZED]
         # (band key, bucket size)

@@ -105,7 +105,9 @@ def build_pairs_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, signal_
          # path
          | "ReadEmbeddingHashes" >> beam.ParDo(ReadEmbeddingHashes())
          # (key id, embedding signature)
-         | "FindEmbeddingPairs" >> FindHashPairs(embedding_hash_distance, band_bits, band_step, max_bucket)
+         # Every candidate pair, copies' too: each is verified and counted as a neighbour on its own.
+         | "FindEmbeddingPairs" >> FindHashPairs(embedding_hash_distance, band_bits, band_step, max_bucket,
+                                                 collapse_copies=False)
          # (key id a, key id b, signature distance)
          | "FormatEmbeddingPairs" >> beam.Map(format_pair)
          # "key_a key_b distance"

@@ -131,3 +131,46 @@ def test_far_pairs_through_the_pipeline_are_a_subset_of_brute_force():
             assert len(actual) >= 0.5 * len(expected)
 
         assert_that(found, check)
+
+
+def test_identical_embeddings_are_all_neighbours_and_a_mislabelled_copy_is_suspected(tmp_path):
+    # Five images with one embedding (so one signature), four 'dog' and one 'cat': the embedding path verifies
+    # each candidate and counts neighbours, so every pair must be proposed (not each copy to one representative);
+    # the 'cat' then has 4 'dog' neighbours and is a suspected label error. Through the quality job's own
+    # pairs pipeline, on a predictions shard as the predict job writes its columns.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from beam_pipeline.quality import embedding_pairs
+    from beam_pipeline.quality.findings import read_pairs
+    from beam_pipeline.quality.pipeline import build_pairs_pipeline
+    from tf_serving_input.layout import QualityLayout
+
+    keys = [f"{i:016x}" for i in range(1, 6)]
+    labels = ["dog", "cat", "dog", "dog", "dog"]
+    vector = np.random.default_rng(0).standard_normal(16).astype(np.float32)
+    embeddings = np.tile(vector / np.linalg.norm(vector), (5, 1))
+    shard = str(tmp_path / "predictions.parquet")
+    pq.write_table(pa.table({"key": keys, "label": labels, "embedding": pa.FixedSizeListArray.from_arrays(
+        pa.array(embeddings.ravel()), 16)}), shard)
+    layout = QualityLayout(str(tmp_path / "quality"))
+    with TestPipeline() as pipeline:
+        build_pairs_pipeline(pipeline, layout, [], 10, 14, 5, 2000, 4.0, [shard], 16)
+    candidates = read_pairs(layout, layout.embedding_pairs_prefix + "*")
+    assert {(a, b) for a, b, _ in candidates} == {(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]}
+    neighbours = embedding_pairs.verified_neighbours([(a, b) for a, b, _ in candidates], [shard], 0.15)
+    suspects = embedding_pairs.suspected_label_errors(neighbours, dict(zip(keys, labels, strict=True)))
+    assert [(s["key"], s["label"], s["neighbour_label"]) for s in suspects] == [(keys[1], "cat", "dog")]
+
+
+def test_no_embedding_candidates_verify_to_no_neighbours(tmp_path):
+    # Every embedding far from the others: no candidate pair, and the verification must say so, not fail.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from beam_pipeline.quality import embedding_pairs
+
+    shard = str(tmp_path / "predictions.parquet")
+    embedding = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(4, np.float32) / 2), 4)
+    pq.write_table(pa.table({"key": ["0000000000000001"], "label": ["dog"], "embedding": embedding}), shard)
+    assert embedding_pairs.verified_neighbours([], [shard], 0.15) == []
