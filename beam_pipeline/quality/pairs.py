@@ -110,45 +110,38 @@ def bucket_pairs(ids: np.ndarray, hashes: np.ndarray, max_distance: int, max_buc
     `ids`: int64 [N]; `hashes`: uint64 [N]. Images with the same hash are one member of the comparison, named by
     their smallest id (their representative); with `copies`, each other one is paired to it at distance 0.
     Distinct hashes are compared all against all unless there are more than `max_bucket` of them.
-    Without `collapse`, every pair of the bucket within the distance, copies included (quadratic in them).
+    Without `collapse`, every pair of the bucket within the distance, copies included (quadratic in them);
+    over `max_bucket` members, only the copies, each to its representative.
     """
     if len(ids) < 2:
-        return
-    if not collapse:
-        yield from _every_pair(ids, hashes, max_distance, max_bucket)
         return
     unique, inverse = np.unique(hashes, return_inverse=True)
     representative = np.full(len(unique), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(representative, inverse, ids)
-    if copies and len(unique) < len(ids):
-        first = representative[inverse]
-        is_copy = ids != first
-        for a, b in zip(first[is_copy].tolist(), ids[is_copy].tolist(), strict=True):
-            yield (a, b, 0)
-    if len(unique) < 2 or len(unique) > max_bucket:
+    if not collapse:
+        if len(ids) > max_bucket:
+            yield from _copy_pairs(ids, representative[inverse])
+        else:
+            yield from _pairs_within(ids, hashes, max_distance)
         return
-    distances = hamming(unique[:, None], unique[None, :])
-    left, right = np.nonzero(np.triu(distances <= max_distance, k=1))
-    for a, b, d in zip(representative[left].tolist(), representative[right].tolist(),
-                       distances[left, right].tolist(), strict=True):
-        yield (min(a, b), max(a, b), d)
+    if copies:
+        yield from _copy_pairs(ids, representative[inverse])
+    if 2 <= len(unique) <= max_bucket:
+        yield from _pairs_within(representative, unique, max_distance)
 
 
-def _every_pair(ids: np.ndarray, hashes: np.ndarray, max_distance: int,
-                max_bucket: int) -> Iterator[tuple[int, int, int]]:
-    """`bucket_pairs` without collapsing copies; over `max_bucket` members, each copy to its run's first."""
-    if len(ids) > max_bucket:  # Linear: runs of equal hashes after a sort, each member paired to its run's first.
-        order = np.lexsort((ids, hashes))
-        sorted_ids, sorted_hashes = ids[order], hashes[order]
-        starts = np.r_[True, sorted_hashes[1:] != sorted_hashes[:-1]]
-        first = sorted_ids[np.maximum.accumulate(np.where(starts, np.arange(len(ids)), 0))]
-        for a, b in zip(first[~starts].tolist(), sorted_ids[~starts].tolist(), strict=True):
-            yield (a, b, 0)
-        return
+def _copy_pairs(ids: np.ndarray, first: np.ndarray) -> Iterator[tuple[int, int, int]]:
+    """(first, id, 0) for every id that is not its hash's `first` (smallest id): linear in the copies."""
+    is_copy = ids != first
+    for a, b in zip(first[is_copy].tolist(), ids[is_copy].tolist(), strict=True):
+        yield (a, b, 0)
+
+
+def _pairs_within(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> Iterator[tuple[int, int, int]]:
+    """Every pair (id_a < id_b, distance) of `hashes` within `max_distance`: one distance matrix."""
     distances = hamming(hashes[:, None], hashes[None, :])
     left, right = np.nonzero(np.triu(distances <= max_distance, k=1))
-    for i, j, d in zip(left.tolist(), right.tolist(), distances[left, right].tolist(), strict=True):
-        a, b = int(ids[i]), int(ids[j])
+    for a, b, d in zip(ids[left].tolist(), ids[right].tolist(), distances[left, right].tolist(), strict=True):
         yield (min(a, b), max(a, b), d)
 
 
