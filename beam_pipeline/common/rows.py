@@ -232,6 +232,17 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
                label=label, split=split, key=row_key(index, source))
 
 
+def row_keys(csv_path: str, columns: CsvColumns = CsvColumns()) -> list[str]:
+    """The key of every data row, in file order: the CSV read and checked once, as `summarize_csv` checks it.
+
+    Raises CsvError as `summarize_csv` does (a CSV with a header and no rows included).
+    """
+    keys = [row.key for row in iter_rows(csv_path, columns)]
+    if not keys:
+        raise CsvError(f"{csv_path}: the CSV has a header but no data rows")
+    return keys
+
+
 def read_header(csv_path: str) -> list[str]:
     """The column names of the CSV's header row (stripped); [] for an empty file."""
     with _open(csv_path) as raw:

@@ -83,13 +83,15 @@ class Findings:
 
 
 def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], names: list[str],
-            failed_rows: int, prediction_files: list[str] = ()) -> Findings:
-    """Groups, flags, clean split, report and summary from the signals and pairs on disk."""
+            failed_rows: int, csv_keys: list[str], prediction_files: list[str] = ()) -> Findings:
+    """Groups, flags, clean split, report and summary from the signals and pairs on disk.
+
+    `csv_keys`: the job's CSV rows' keys in file order (`rows.row_keys`, read by the launcher's check).
+    """
     job_config = job_manifest["config"]
     columns = csv_rows.CsvColumns(**job_config["columns"])
     csv_path = job_config["input_csv"]
-    csv_order = {row.key: row.index for row in csv_rows.iter_rows(csv_path, columns)}
-    table = read_signals(layout, names, csv_order)
+    table = read_signals(layout, names, {key: index for index, key in enumerate(csv_keys)})
     col = {name: table.column(name).to_pylist() for name in ("key", "source", "split", "label", "shard", "index")}
     numbers = {name: table.column(name).to_numpy() for name in ("brightness", "contrast", "blur")}
     images = groups.Images(keys=col["key"], splits=col["split"], labels=col["label"],

@@ -100,3 +100,11 @@ def test_hostile_but_storable_labels_pass(tmp_path):
     csv_path = write(tmp_path, "path,label\n" + "".join(
         f'{i}.jpg,"{label.replace(chr(34), chr(34) * 2)}"\n' for i, label in enumerate(labels)))
     assert [row.label for row in source.iter_rows(csv_path)] == labels
+
+
+def test_row_keys_are_the_rows_keys_in_file_order_and_a_csv_without_rows_is_refused(tmp_path):
+    csv_path = write(tmp_path, "path,label\na.png,x\n\nb.png,y\na.png,x\n")
+    assert source.row_keys(csv_path) == [row.key for row in source.iter_rows(csv_path)]
+    assert len(set(source.row_keys(csv_path))) == 3  # The same path twice: two rows, two keys.
+    with pytest.raises(source.CsvError, match="no data rows"):
+        source.row_keys(write(tmp_path, "path,label\n"))
