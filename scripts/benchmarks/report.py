@@ -144,6 +144,20 @@ def bar_chart(rates, path):
     image.save(path)
 
 
+def machine_lines(others):
+    """(README's words on the machine, the report's sentence on it) for the CPU share other processes took.
+
+    Under 1% is said as nothing else running: "shared with other work, which took 0%" read as the opposite.
+    """
+    if others < 0.005:
+        return (f"{CORES} cores, nothing else running",
+                f"**Nothing else ran on the machine during this run:** processes outside this benchmark used "
+                f"under 1% of the {CORES} cores' time")
+    return (f"{CORES} cores shared with other work, which took {others:.0%} of their time",
+            f"**Other work shared the machine during this run:** processes outside this benchmark (other "
+            f"people's tests and jobs) used {others:.0%} of the {CORES} cores' time over the run")
+
+
 def write(results, *, docs_dir, readme, command, elapsed, repetitions, image_sets, others):
     """Writes docs_dir/benchmarks.md and the chart, README's table; returns (the ratio table's lines,
     the chart's path, a line on README). `others`: the CPU share other processes took (MachineShare)."""
@@ -152,9 +166,7 @@ def write(results, *, docs_dir, readme, command, elapsed, repetitions, image_set
     bar_chart(rates, chart)
     table = ratio_table(results.ratios)
     met, total = met_counts(results.ratios)
-    machine_line = f"{CORES} cores shared with other work, which took {others:.0%} of their time"
-    shared = (f"processes outside this benchmark (other people's tests and jobs) used {others:.0%} of the "
-              f"{CORES} cores' time over the run")
+    machine_line, shared = machine_lines(others)
     throughput = ["| pipeline | per second, median | min-max |", "|---|---|---|"] + [
         f"| {name} | {rates[name]:.0f} | {min(samples):.0f}-{max(samples):.0f} |"
         for name, samples in results.rates.items()]
@@ -166,7 +178,7 @@ def write(results, *, docs_dir, readme, command, elapsed, repetitions, image_set
         f"({cpu_model()}), Python {platform.python_version()}, " +
         ", ".join(f"{k} {v}" for k, v in versions().items()) + f"; {elapsed / 60:.1f} minutes.", "",
         f"Command: `{command}`", "",
-        f"**Other work shared the machine during this run:** {shared}. Absolute numbers mean little here; "
+        f"{shared}. Absolute numbers mean little here; "
         "each ratio compares two things measured in the same run on the same images and cores, one right "
         f"after the other, in {repetitions} interleaved repetitions (baseline, subject, baseline, subject, ...). "
         "The tables give each ratio's median and its min-max over those repetitions, and whether the "

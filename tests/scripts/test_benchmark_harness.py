@@ -109,3 +109,11 @@ def test_the_same_work_baseline_yields_what_the_reader_yields(tiny_job):
     np.testing.assert_array_equal(labels, reader_labels)
     assert set(labels) <= set(range(len(statistics["label_vocabulary"])))
     np.testing.assert_allclose(images, reader_images, rtol=0, atol=1e-5)
+
+
+def test_a_run_with_nothing_else_on_the_machine_is_not_said_to_be_shared():
+    quiet_line, quiet_sentence = report.machine_lines(0.001)
+    assert "nothing else running" in quiet_line and "shared" not in quiet_line
+    assert quiet_sentence.startswith("**Nothing else ran") and "under 1%" in quiet_sentence
+    busy_line, busy_sentence = report.machine_lines(0.17)
+    assert "shared with other work, which took 17%" in busy_line and "used 17%" in busy_sentence
