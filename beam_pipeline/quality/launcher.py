@@ -48,6 +48,9 @@ class QualityLauncher(Launcher[QualityLayout]):
         # The clean split rewrites this CSV: refused now, naming the line, if it cannot be read. The rows'
         # keys are kept (~70 bytes a row): the findings sort by them without reading the CSV again.
         self.csv_keys = csv_rows.row_keys(csv_path, csv_rows.CsvColumns(**self.job_manifest["config"]["columns"]))
+        changed = csv_change_since_job(layout, self.job_manifest, csv_path, len(self.csv_keys))
+        if changed:
+            raise Refused(changed)
 
     def check_predictions(self) -> None:
         """The predictions must be of this job output and hold embeddings; Refused otherwise."""
@@ -160,6 +163,27 @@ class QualityLauncher(Launcher[QualityLayout]):
         report.write_outputs(layout, manifest, failures)
         print(findings.format_summary(found.summary, layout), flush=True)
         return self.error_budget_code(manifest)
+
+
+def csv_change_since_job(job_layout: Any, job_manifest: dict[str, Any], csv_path: str, rows: int) -> str | None:
+    """Why the job's CSV is not the one the job read (one line), or None when it is.
+
+    clean_split.csv rewrites that CSV row by row, matched by the rows' keys (position and path): a row added
+    or removed since the job shifts every later key, and the clean split would silently drop measured rows
+    or keep unmeasured ones. The job's run.json records the CSV's SHA-256; without it (deleted, or an
+    output of an older version) the row count in its manifest still catches added and removed rows.
+    """
+    from beam_pipeline.common.files import read_json
+
+    redo = "restore the CSV the job read, or rerun the preprocessing job on this one"
+    recorded = (read_json(job_layout.run_file) or {}).get("input_csv_sha256")
+    if recorded is not None and file_digest_or_none(csv_path) != recorded:
+        return (f"the job's CSV {csv_path} changed since the job read it (its SHA-256 is not the one "
+                f"{job_layout.run_file} records), and clean_split.csv rewrites it row by row: {redo}")
+    if rows != job_manifest.get("rows", rows):
+        return (f"the job's CSV {csv_path} has {rows} rows, not the {job_manifest['rows']} the job read "
+                f"({job_layout.manifest_file}), and clean_split.csv rewrites it row by row: {redo}")
+    return None
 
 
 def damaged_outputs(layout: Any, manifest: dict[str, Any]) -> list[str]:

@@ -332,3 +332,31 @@ def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_pa
     assert all(shard["file"] in e["detail"] for e in errors)
     summary = json.loads((quality_out / "summary.json").read_text())
     assert summary["images"] == 11 - shard["records"] and summary["rows_failed"] == shard["records"]
+
+
+def test_a_csv_changed_since_the_job_read_it_is_refused_before_any_work(job, tmp_path):
+    """clean_split.csv rewrites the job's CSV row by row: a row added or removed since would shift every
+    later row's key, and the clean split would silently drop measured rows or keep unmeasured ones."""
+    import shutil
+
+    _, csv_path, _, out = job
+    copied_job, csv_copy = tmp_path / "job", tmp_path / "input.csv"
+    shutil.copytree(out, copied_job)
+    shutil.copy(csv_path, csv_copy)
+    for name in ("manifest.json", "run.json"):
+        document = json.loads((copied_job / name).read_text())
+        document["config"]["input_csv"] = str(csv_copy)
+        (copied_job / name).write_text(json.dumps(document))
+    lines = csv_copy.read_text().splitlines()
+    csv_copy.write_text("\n".join(lines[:2] + lines[3:]) + "\n")  # The first data row's successor removed.
+
+    refused = quality("--input_dir", copied_job, "--output_dir", tmp_path / "q")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert f"the job's CSV {csv_copy} changed since the job read it" in refused.stderr
+    assert not (tmp_path / "q" / "signals").exists()
+
+    (copied_job / "run.json").unlink()  # An output without the CSV's checksum: the row count still tells.
+    refused = quality("--input_dir", copied_job, "--output_dir", tmp_path / "q")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    rows = json.loads((copied_job / "manifest.json").read_text())["rows"]
+    assert f"has {rows - 1} rows, not the {rows} the job read" in refused.stderr
