@@ -47,14 +47,6 @@ def empty_columns() -> dict[str, list[Any]]:
     return {name: [] for name in (*TEXT, *NUMBERS)}
 
 
-def measure(records: list[bytes], preprocess: features.PreprocessConfig) -> dict[str, list[Any]]:
-    """Serialized records -> their text features and signals, column by column (decoded via CODECS)."""
-    columns = empty_columns()
-    for start in range(0, len(records), BATCH):
-        measure_into(columns, records[start:start + BATCH], preprocess)
-    return columns
-
-
 def measure_into(columns: dict[str, list[Any]], batch: list[bytes], preprocess: features.PreprocessConfig) -> None:
     """Appends the text features and signals of at most BATCH serialized records to `columns`."""
     import tensorflow as tf

@@ -19,10 +19,18 @@ def records_of(images):
             for i, image in enumerate(images)]
 
 
+def measure(records, preprocess):
+    """The columns of `records`, a batch at a time, as a worker measures a shard."""
+    columns = signal_shards.empty_columns()
+    for start in range(0, len(records), signal_shards.BATCH):
+        signal_shards.measure_into(columns, records[start:start + signal_shards.BATCH], preprocess)
+    return columns
+
+
 def test_a_shard_with_a_partial_last_batch_gets_each_records_own_signals_once():
     count = signal_shards.BATCH + 5  # One full batch, then five records: padded to BATCH, the pads dropped.
     images = np.random.default_rng(4).integers(0, 256, (count, SIZE, SIZE, 3), dtype=np.uint8)
-    columns = signal_shards.measure(records_of(images), CONFIG)
+    columns = measure(records_of(images), CONFIG)
     expected = {name: value.numpy() for name, value in signals.image_signals_graph(tf.constant(images)).items()}
     assert columns["key"] == [f"{i:016x}" for i in range(count)]
     assert columns["source"][-1] == f"img-{count - 1}.png" and columns["label"][:3] == ["label-0", "label-1",
@@ -37,9 +45,9 @@ def test_every_call_gets_one_batch_shape_so_xla_compiles_once_per_worker(monkeyp
     """XLA compiles per input shape: each shard's own remainder size (1..BATCH-1) would compile anew."""
     images = np.random.default_rng(5).integers(0, 256, (signal_shards.BATCH, SIZE, SIZE, 3), dtype=np.uint8)
     records = records_of(images)
-    shapes, measure = [], signal_shards._parse_and_measure
+    shapes, traced = [], signal_shards._parse_and_measure
     monkeypatch.setattr(signal_shards, "_parse_and_measure",
-                        lambda batch, preprocess: shapes.append(tuple(batch.shape)) or measure(batch, preprocess))
+                        lambda batch, preprocess: shapes.append(tuple(batch.shape)) or traced(batch, preprocess))
     for size in (1, 7, signal_shards.BATCH - 1, signal_shards.BATCH + 1):
-        assert len(signal_shards.measure((records * 2)[:size], CONFIG)["key"]) == size
+        assert len(measure((records * 2)[:size], CONFIG)["key"]) == size
     assert set(shapes) == {(signal_shards.BATCH,)}
