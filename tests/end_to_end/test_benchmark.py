@@ -35,7 +35,11 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path):
         assert f"| {name} | heavy, " in result.stdout and f"| {name} | light, " in result.stdout, name
     report = (tmp_path / "docs" / "benchmarks.md").read_text()
     assert "## Ratios against targets" in report and "## Where the time goes" in report
-    assert "| median | min-max |" in report and "Other work shared the machine" in report
+    assert "| median | min-max |" in report
+    # Whether other processes ran is the machine's state, not the code's: one of the two sentences, never both
+    # (tests/scripts/test_benchmark_harness.py checks which sentence each share gets).
+    said = ["Other work shared the machine" in report, "Nothing else ran on the machine" in report]
+    assert said.count(True) == 1, said
     assert "a smoke run, not a measurement" in report  # Fewer than 3 repetitions says so.
     for image_format in ("raw", "jpeg", "png"):  # Every storage format is measured.
         assert f"| {image_format} |" in report, image_format
