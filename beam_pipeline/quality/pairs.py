@@ -2,12 +2,12 @@
 
 The 64 hash bits, in zigzag order of their DCT frequency (lowest, steadiest first), are read through
 overlapping windows ("bands") of `band_bits` bits every `band_step` bits: with the defaults 14 and 5, 11
-bands. Each image is keyed by (band index, band value) for every band and grouped: two hashes meet in a
-bucket when one of their bands is untouched by the bits in which they differ. That is certain for pairs
+bands. The images of one (band index, band value) form a bucket: two hashes meet in a bucket when one of
+their bands is untouched by the bits in which they differ. That is certain for pairs
 within `guaranteed_distance` bits (pigeonhole over the bands that do not overlap: 3 for the defaults) and
 measured beyond it (README "Quality": recall per transformation class). In each bucket the members' real
-Hamming distances are computed (NumPy, one matrix) and only pairs within `max_distance` are kept: the
-buckets propose, the distance decides.
+Hamming distances are computed (NumPy, every bucket of a partition in the same few array steps) and only
+pairs within `max_distance` are kept: the buckets propose, the distance decides.
 
 Why these numbers: a bucket's comparisons grow with its size squared, and a bucket holds about
 N / 2**band_bits images, so the comparisons grow as bands x N**2 / 2**band_bits. Narrow bands find more
@@ -15,8 +15,12 @@ pairs at large distances but make the work quadratic at a million images (6 disj
 18x the time for 10x the rows, measured); 14-bit bands keep a million images' buckets at ~60 images, and
 overlapping them recovers most of the pairs narrower bands would find.
 
-Only (id, hash) crosses the shuffle: two signed 64-bit integers an image (Beam's integer coder holds no
-more; a 16-hex-digit key and the hash's bits are kept as their two's complement), never pixels.
+The shuffle: a `GroupByKey` on (band index, the band value's top PARTITION_BITS bits), so each band's buckets
+travel in 16 partitions (176 keys with the defaults), and the worker holding a partition sorts it by band value
+into its buckets. A batch of hashes sends one value per partition it touches: its members' ids, hashes and band
+values as packed int64 arrays, 24 bytes a member, never pixels (a 16-hex-digit key and the hash's bits are kept
+as their two's complement). Keyed by the full band value instead, one element a member and band crossed the
+shuffle: 11 Python elements an image, ~75 s of Beam's per-element work for a million hashes on one core.
 
 Huge buckets: near-constant images all hash alike (their bits are rounding noise), so the quality job
 leaves them out of the banding (they are flagged, and identical ones still group by pixel digest). A
@@ -150,39 +154,132 @@ def distinct_hashes(hashes: np.ndarray) -> int:
     return len(np.unique(hashes))
 
 
-class _BandKeys(beam.DoFn):
-    """A batch of (id, hash) -> ((band, value) as one int, (id, hash)) for every band of every hash."""
+PARTITION_BITS = 4  # A band's buckets travel in 2**4 partitions, by their value's top bits (see below).
+
+
+def pack_members(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray) -> bytes:
+    """int64 ids, uint64 hashes and int64 band values [N] -> one bytes value (what crosses the shuffle)."""
+    return np.stack([ids, as_signed(hashes), values]).astype(np.int64).tobytes()
+
+
+def unpack_members(chunks: Iterable[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (ids, uint64 hashes, band values) of `pack_members` chunks, concatenated."""
+    arrays = [np.frombuffer(chunk, dtype=np.int64).reshape(3, -1) for chunk in chunks]
+    joined = np.concatenate(arrays, axis=1) if arrays else np.zeros((3, 0), np.int64)
+    return joined[0], joined[1].view(np.uint64), joined[2]
+
+
+class _BandPartitions(beam.DoFn):
+    """A batch of (id, hash) -> ((band, partition) key, packed members) for every band and partition it holds."""
 
     def __init__(self, bands: list[list[int]]) -> None:
         self._bands = bands
+        self._shift = max(len(bands[0]) - PARTITION_BITS, 0)
 
-    def process(self, batch: list[tuple[int, int]]) -> Iterator[tuple[int, tuple[int, int]]]:
-        values = band_values(as_unsigned([element[1] for element in batch]), self._bands)
-        for member, value_row in zip(batch, values.tolist(), strict=True):
-            for band, value in enumerate(value_row):
-                yield band_key(band, value), member
+    def process(self, batch: list[tuple[int, int]]) -> Iterator[tuple[int, bytes]]:
+        ids = np.array([element[0] for element in batch], dtype=np.int64)
+        hashes = as_unsigned([element[1] for element in batch])
+        values = band_values(hashes, self._bands)
+        for band in range(len(self._bands)):
+            column = values[:, band]
+            partitions = column >> self._shift
+            for partition in np.unique(partitions).tolist():
+                members = partitions == partition
+                yield (band << PARTITION_BITS) | partition, pack_members(ids[members], hashes[members],
+                                                                          column[members])
 
 
-class _VerifyBucket(beam.DoFn):
-    """(band key, [(id, hash)]) -> (id_a, id_b, distance) within the threshold; oversized buckets tagged."""
+PAIRS_PER_STEP = 1 << 22  # Candidate pairs compared in one NumPy step (~100 MiB of index arrays at most).
+
+
+def _pairs_in_runs(labels: np.ndarray, limit: int = PAIRS_PER_STEP) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Positions (i < j) of every pair of a sorted label array's elements with the same label, in steps of
+    whole runs holding about `limit` pairs (one run may hold more: max_bucket bounds it)."""
+    count = len(labels)
+    if count < 2:
+        return
+    starts = np.flatnonzero(np.r_[True, labels[1:] != labels[:-1]])
+    sizes = np.diff(np.r_[starts, count])
+    keep = sizes >= 2
+    starts, sizes = starts[keep], sizes[keep]
+    pairs_before = np.r_[0, np.cumsum(sizes * (sizes - 1) // 2)]
+    first = 0
+    while first < len(starts):
+        last = max(first + 1, int(np.searchsorted(pairs_before, pairs_before[first] + limit, side="right")) - 1)
+        run_starts, run_sizes = starts[first:last], sizes[first:last]
+        members = _ranges(run_starts, run_sizes)
+        ends = np.repeat(run_starts + run_sizes, run_sizes)
+        partners = ends - members - 1  # Later members of the same run.
+        left = np.repeat(members, partners)
+        right = left + 1 + np.arange(len(left)) - np.repeat(np.cumsum(partners) - partners, partners)
+        yield left, right
+        first = last
+
+
+def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The concatenation of arange(start, start + size) for each run, without a Python step per run."""
+    total = int(sizes.sum())
+    return np.arange(total) + np.repeat(starts - (np.cumsum(sizes) - sizes), sizes)
+
+
+def partition_pairs(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, band: int, max_distance: int,
+                    max_bucket: int, collapse: bool = True) -> tuple[list[tuple[int, int, int]],
+                                                                        list[tuple[int, int]]]:
+    """`bucket_pairs` over every bucket (band value) of one band's members at once, in NumPy steps.
+
+    Returns (pairs, oversized): the union of `bucket_pairs(..., copies=band == 0, collapse=collapse)` over the
+    buckets, and (band key, size) of each bucket over `max_bucket` (in distinct hashes, when collapsing).
+    One Python step a bucket cost ~110 us (NumPy's call overhead on arrays of a few members), 20 s of
+    a 100,000-hash run's 11 x 16,384 buckets; here the steps are per partition.
+    """
+    order = np.lexsort((ids, hashes, values))  # By bucket, then hash, then id: a hash's first id is its smallest.
+    ids, hashes, values = ids[order], hashes[order], values[order]
+    count = len(ids)
+    if count == 0:
+        return [], []
+    bucket_start = np.r_[True, values[1:] != values[:-1]]
+    hash_start = bucket_start | np.r_[True, hashes[1:] != hashes[:-1]]
+    bucket = np.cumsum(bucket_start) - 1  # Bucket number of each member.
+    first = np.flatnonzero(hash_start)[np.cumsum(hash_start) - 1]  # Position of each member's hash's first.
+    size = np.bincount(bucket)
+    distinct = np.bincount(bucket, weights=hash_start).astype(np.int64)
+    over = (size > max_bucket) & (distinct > max_bucket) if collapse else size > max_bucket
+    bucket_values = values[bucket_start]
+    oversized = [(band_key(band, value), int(n)) for value, n in
+                 zip(bucket_values[over].tolist(), size[over].tolist(), strict=True)]
+    copy = ~hash_start & (band == 0 if collapse else over[bucket])  # Paired to its hash's first, at 0.
+    found = list(zip(ids[first[copy]].tolist(), ids[copy].tolist(), [0] * int(copy.sum()), strict=True))
+    if collapse:
+        compared = np.flatnonzero(hash_start & (distinct[bucket] >= 2) & ~over[bucket])
+    else:
+        compared = np.flatnonzero(~over[bucket])
+    compared_hashes, compared_ids = hashes[compared], ids[compared]
+    for left, right in _pairs_in_runs(bucket[compared]):
+        distances = np.bitwise_count(compared_hashes[left] ^ compared_hashes[right])
+        near = np.flatnonzero(distances <= max_distance)
+        id_a, id_b = compared_ids[left[near]], compared_ids[right[near]]
+        found += zip(np.minimum(id_a, id_b).tolist(), np.maximum(id_a, id_b).tolist(),
+                     distances[near].astype(np.int64).tolist(), strict=True)
+    return found, oversized
+
+
+class _VerifyPartition(beam.DoFn):
+    """((band, partition) key, packed members) -> (id_a, id_b, distance) within the threshold, for every
+    bucket (band value) of the partition; oversized buckets tagged."""
 
     def __init__(self, max_distance: int, max_bucket: int, collapse: bool) -> None:
         self._max_distance = max_distance
         self._max_bucket = max_bucket
         self._collapse = collapse
 
-    def process(self, element: tuple[int, Iterable[tuple[int, int]]]) -> Iterator[object]:
-        key, members = element
-        members = list(members)
-        if len(members) < 2:
-            return
-        ids = np.array([m[0] for m in members], dtype=np.int64)
-        hashes = as_unsigned([m[1] for m in members])
-        if len(members) > self._max_bucket and (not self._collapse or distinct_hashes(hashes) > self._max_bucket):
-            yield beam.pvalue.TaggedOutput(OVERSIZED, (key, len(members)))
-        # Copies meet in every band's bucket: they are paired in band 0's only, so each pair is emitted once.
-        yield from bucket_pairs(ids, hashes, self._max_distance, self._max_bucket, copies=key >> 32 == 0,
-                                collapse=self._collapse)
+    def process(self, element: tuple[int, Iterable[bytes]]) -> Iterator[object]:
+        key, chunks = element
+        ids, hashes, values = unpack_members(chunks)
+        found, oversized = partition_pairs(ids, hashes, values, key >> PARTITION_BITS, self._max_distance,
+                                           self._max_bucket, self._collapse)
+        for bucket in oversized:
+            yield beam.pvalue.TaggedOutput(OVERSIZED, bucket)
+        yield from found
 
 
 class FindHashPairs(beam.PTransform):
@@ -208,11 +305,12 @@ class FindHashPairs(beam.PTransform):
                  # (id, hash)
                  | "BatchHashes" >> beam.BatchElements(min_batch_size=256, max_batch_size=4096)
                  # [(id, hash)]
-                 | "BandKeys" >> beam.ParDo(_BandKeys(self._bands))
-                 # (band key, (id, hash))
-                 | "GroupByBand" >> beam.GroupByKey()
-                 # (band key, [(id, hash)])
-                 | "VerifyBuckets" >> beam.ParDo(_VerifyBucket(self._max_distance, self._max_bucket, self._collapse))
+                 | "BandPartitions" >> beam.ParDo(_BandPartitions(self._bands))
+                 # ((band, partition) key, packed ids, hashes and band values of the batch's members there)
+                 | "GroupByPartition" >> beam.GroupByKey()
+                 # ((band, partition) key, [packed members])
+                 | "VerifyBuckets" >> beam.ParDo(_VerifyPartition(self._max_distance, self._max_bucket,
+                                                                  self._collapse))
                  .with_outputs(OVERSIZED, main="pairs"))
         self.oversized = found[OVERSIZED]
         # (band key, bucket size)

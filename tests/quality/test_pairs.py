@@ -174,3 +174,42 @@ def test_no_embedding_candidates_verify_to_no_neighbours(tmp_path):
     embedding = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(4, np.float32) / 2), 4)
     pq.write_table(pa.table({"key": ["0000000000000001"], "label": ["dog"], "embedding": embedding}), shard)
     assert embedding_pairs.verified_neighbours([], [shard], 0.15) == []
+
+
+@pytest.mark.parametrize("collapse", [True, False])
+@pytest.mark.parametrize("band", [0, 3])
+def test_a_partition_in_numpy_steps_equals_bucket_pairs_bucket_by_bucket(band, collapse):
+    """partition_pairs (what the pipeline runs) against bucket_pairs (the reference) on every bucket of a
+    partition: copies, near hashes, single-member buckets and buckets over max_bucket."""
+    rng = np.random.default_rng(11 + band)
+    values = rng.integers(0, 40, 3000)  # ~75 members a bucket: several over max_bucket below.
+    hashes = rng.integers(0, 2**63, 3000, dtype=np.uint64)
+    hashes[1000:1600] = hashes[rng.integers(0, 1000, 600)]  # Copies (some in other buckets than their source).
+    hashes[2000:2400] = hashes[rng.integers(0, 1000, 400)] ^ (np.uint64(1) << rng.integers(0, 64, 400).astype(
+        np.uint64))  # Near hashes, one bit apart.
+    values[2000:2400] = values[rng.integers(0, 1000, 400)]
+    values[2400:] = rng.integers(1000, 4000, 600)  # Mostly buckets of one member.
+    values[:300] = 7  # One large bucket: 300+ members, over max_bucket in members and in distinct hashes.
+    ids = rng.permutation(3000).astype(np.int64) * 7919 - 10_000_000
+    found, oversized = pairs.partition_pairs(ids, hashes, values, band, 30, 120, collapse)
+    expected, expected_oversized = [], []
+    for value in np.unique(values):
+        members = values == value
+        expected += pairs.bucket_pairs(ids[members], hashes[members], 30, 120, copies=band == 0, collapse=collapse)
+        n, distinct = int(members.sum()), len(np.unique(hashes[members]))
+        if n > 120 and (not collapse or distinct > 120):
+            expected_oversized.append((pairs.band_key(band, int(value)), n))
+    assert sorted(found) == sorted(expected)
+    assert sorted(oversized) == sorted(expected_oversized) and expected_oversized
+    assert len(found) == len(set(found)) and any(d > 0 for _, _, d in found)
+    # Copies pair at 0 in band 0's buckets only (collapsed), or in buckets over max_bucket (not collapsed).
+    assert any(d == 0 for _, _, d in found) == (band == 0 or not collapse)
+
+
+def test_pairs_of_runs_come_in_steps_of_whole_runs_and_miss_none():
+    labels = np.repeat(np.arange(40), np.random.default_rng(2).integers(1, 30, 40))
+    steps = list(pairs._pairs_in_runs(labels, limit=50))
+    assert len(steps) > 5  # Cut into steps of about 50 pairs: whole runs each.
+    got = [(int(i), int(j)) for left, right in steps for i, j in zip(left, right, strict=True)]
+    expected = [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels)) if labels[i] == labels[j]]
+    assert sorted(got) == expected and len(got) == len(set(got))
