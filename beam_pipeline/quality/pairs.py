@@ -189,12 +189,13 @@ class _BandPartitions(beam.DoFn):
                                                                           column[members])
 
 
-PAIRS_PER_STEP = 1 << 22  # Candidate pairs compared in one NumPy step (~100 MiB of index arrays at most).
+PAIRS_PER_STEP = 1 << 20  # Candidate pairs compared in one NumPy step (~60 MiB of index arrays at most).
 
 
-def _pairs_in_runs(labels: np.ndarray, limit: int = PAIRS_PER_STEP) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _pairs_in_runs(labels: np.ndarray, limit: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Positions (i < j) of every pair of a sorted label array's elements with the same label, in steps of
-    whole runs holding about `limit` pairs (one run may hold more: max_bucket bounds it)."""
+    whole runs holding about `limit` (PAIRS_PER_STEP) pairs (one run may hold more: max_bucket bounds it)."""
+    limit = limit or PAIRS_PER_STEP
     count = len(labels)
     if count < 2:
         return
@@ -223,20 +224,20 @@ def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 
 def partition_pairs(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, band: int, max_distance: int,
-                    max_bucket: int, collapse: bool = True) -> tuple[list[tuple[int, int, int]],
-                                                                        list[tuple[int, int]]]:
+                    max_bucket: int, collapse: bool = True) -> tuple[list[tuple[int, int]],
+                                                                        Iterator[tuple[int, int, int]]]:
     """`bucket_pairs` over every bucket (band value) of one band's members at once, in NumPy steps.
 
-    Returns (pairs, oversized): the union of `bucket_pairs(..., copies=band == 0, collapse=collapse)` over the
-    buckets, and (band key, size) of each bucket over `max_bucket` (in distinct hashes, when collapsing).
-    One Python step a bucket cost ~110 us (NumPy's call overhead on arrays of a few members), 20 s of
-    a 100,000-hash run's 11 x 16,384 buckets; here the steps are per partition.
+    Returns (oversized, pairs): (band key, size) of each bucket over `max_bucket` (in distinct hashes, when
+    collapsing), and an iterator over the union of `bucket_pairs(..., copies=band == 0, collapse=collapse)`
+    over the buckets, made a step of at most PAIRS_PER_STEP candidates at a time (a partition's pairs are
+    never all in memory at once). One Python step a bucket cost ~110 us (NumPy's call overhead on arrays of
+    a few members), 20 s of a 100,000-hash run's 11 x 16,384 buckets; here the steps are per partition.
     """
     order = np.lexsort((ids, hashes, values))  # By bucket, then hash, then id: a hash's first id is its smallest.
     ids, hashes, values = ids[order], hashes[order], values[order]
-    count = len(ids)
-    if count == 0:
-        return [], []
+    if len(ids) == 0:
+        return [], iter(())
     bucket_start = np.r_[True, values[1:] != values[:-1]]
     hash_start = bucket_start | np.r_[True, hashes[1:] != hashes[:-1]]
     bucket = np.cumsum(bucket_start) - 1  # Bucket number of each member.
@@ -244,23 +245,32 @@ def partition_pairs(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, ban
     size = np.bincount(bucket)
     distinct = np.bincount(bucket, weights=hash_start).astype(np.int64)
     over = (size > max_bucket) & (distinct > max_bucket) if collapse else size > max_bucket
+    over &= size >= 2  # A bucket of one image has no pair to leave out.
     bucket_values = values[bucket_start]
     oversized = [(band_key(band, value), int(n)) for value, n in
                  zip(bucket_values[over].tolist(), size[over].tolist(), strict=True)]
-    copy = ~hash_start & (band == 0 if collapse else over[bucket])  # Paired to its hash's first, at 0.
-    found = list(zip(ids[first[copy]].tolist(), ids[copy].tolist(), [0] * int(copy.sum()), strict=True))
+    # Paired to its hash's first (smallest id) at distance 0; an id given twice is not paired with itself.
+    copy = np.flatnonzero(~hash_start & (band == 0 if collapse else over[bucket]) & (ids != ids[first]))
     if collapse:
         compared = np.flatnonzero(hash_start & (distinct[bucket] >= 2) & ~over[bucket])
     else:
         compared = np.flatnonzero(~over[bucket])
+    return oversized, _partition_pair_steps(ids, hashes, bucket, first, copy, compared, max_distance)
+
+
+def _partition_pair_steps(ids: np.ndarray, hashes: np.ndarray, bucket: np.ndarray, first: np.ndarray,
+                          copy: np.ndarray, compared: np.ndarray, max_distance: int) -> Iterator[tuple[int, int, int]]:
+    """`partition_pairs`' pairs: the copies', then the compared members' within `max_distance`, step by step."""
+    for at in range(0, len(copy), PAIRS_PER_STEP):
+        step = copy[at:at + PAIRS_PER_STEP]
+        yield from zip(ids[first[step]].tolist(), ids[step].tolist(), [0] * len(step), strict=True)
     compared_hashes, compared_ids = hashes[compared], ids[compared]
     for left, right in _pairs_in_runs(bucket[compared]):
         distances = np.bitwise_count(compared_hashes[left] ^ compared_hashes[right])
         near = np.flatnonzero(distances <= max_distance)
         id_a, id_b = compared_ids[left[near]], compared_ids[right[near]]
-        found += zip(np.minimum(id_a, id_b).tolist(), np.maximum(id_a, id_b).tolist(),
-                     distances[near].astype(np.int64).tolist(), strict=True)
-    return found, oversized
+        yield from zip(np.minimum(id_a, id_b).tolist(), np.maximum(id_a, id_b).tolist(),
+                       distances[near].astype(np.int64).tolist(), strict=True)
 
 
 class _VerifyPartition(beam.DoFn):
@@ -275,7 +285,7 @@ class _VerifyPartition(beam.DoFn):
     def process(self, element: tuple[int, Iterable[bytes]]) -> Iterator[object]:
         key, chunks = element
         ids, hashes, values = unpack_members(chunks)
-        found, oversized = partition_pairs(ids, hashes, values, key >> PARTITION_BITS, self._max_distance,
+        oversized, found = partition_pairs(ids, hashes, values, key >> PARTITION_BITS, self._max_distance,
                                            self._max_bucket, self._collapse)
         for bucket in oversized:
             yield beam.pvalue.TaggedOutput(OVERSIZED, bucket)

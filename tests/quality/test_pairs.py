@@ -191,7 +191,8 @@ def test_a_partition_in_numpy_steps_equals_bucket_pairs_bucket_by_bucket(band, c
     values[2400:] = rng.integers(1000, 4000, 600)  # Mostly buckets of one member.
     values[:300] = 7  # One large bucket: 300+ members, over max_bucket in members and in distinct hashes.
     ids = rng.permutation(3000).astype(np.int64) * 7919 - 10_000_000
-    found, oversized = pairs.partition_pairs(ids, hashes, values, band, 30, 120, collapse)
+    oversized, found = pairs.partition_pairs(ids, hashes, values, band, 30, 120, collapse)
+    found = list(found)
     expected, expected_oversized = [], []
     for value in np.unique(values):
         members = values == value
@@ -213,3 +214,25 @@ def test_pairs_of_runs_come_in_steps_of_whole_runs_and_miss_none():
     got = [(int(i), int(j)) for left, right in steps for i, j in zip(left, right, strict=True)]
     expected = [(i, j) for i in range(len(labels)) for j in range(i + 1, len(labels)) if labels[i] == labels[j]]
     assert sorted(got) == expected and len(got) == len(set(got))
+
+
+@pytest.mark.parametrize("collapse", [True, False])
+def test_an_id_given_twice_is_never_paired_with_itself(collapse):
+    """Found by a hostile trial: the same (id, hash) twice made a copy pair (3, 3, 0); bucket_pairs makes none."""
+    with TestPipeline() as pipeline:
+        found = (pipeline
+                 | "Hashes" >> beam.Create([(3, 5), (3, 5), (4, 5)])
+                 | "Find" >> pairs.FindHashPairs(2, 14, 5, 2, collapse_copies=collapse))
+        assert_that(found, equal_to([(3, 4, 0)]))
+
+
+def test_a_partition_yields_its_pairs_a_step_at_a_time(monkeypatch):
+    """A partition of copy clusters near max_bucket holds millions of pairs: never all built at once."""
+    monkeypatch.setattr(pairs, "PAIRS_PER_STEP", 10)
+    hashes = np.repeat(np.arange(3, dtype=np.uint64), 60)  # Three clusters of 60 copies: 3 x 1,770 pairs.
+    ids = np.arange(180, dtype=np.int64)
+    oversized, found = pairs.partition_pairs(ids, hashes, np.zeros(180, np.int64), 1, 4, 2000, collapse=False)
+    assert oversized == [] and not isinstance(found, list)
+    first = [next(found) for _ in range(10)]
+    assert len(set(first)) == 10
+    assert sorted(first + list(found)) == sorted(pairs.bucket_pairs(ids, hashes, 4, 2000, collapse=False))
