@@ -149,11 +149,6 @@ def _pairs_within(ids: np.ndarray, hashes: np.ndarray, max_distance: int) -> Ite
         yield (min(a, b), max(a, b), d)
 
 
-def distinct_hashes(hashes: np.ndarray) -> int:
-    """How many different values `hashes` holds (what a bucket compares all against all)."""
-    return len(np.unique(hashes))
-
-
 PARTITION_BITS = 4  # A band's buckets travel in 2**4 partitions, by their value's top bits (see below).
 
 

@@ -102,7 +102,7 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
 
     from beam_pipeline.quality.cli import QualityConfig
     from beam_pipeline.quality.pairs import band_bits as bands_of
-    from beam_pipeline.quality.pairs import band_values, brute_force_pairs, bucket_pairs
+    from beam_pipeline.quality.pairs import band_values, brute_force_pairs, partition_pairs
     from beam_pipeline.quality.signals import image_signals_graph
     from benchmarks import planted
     from tf_serving_input.features import PreprocessConfig
@@ -117,11 +117,9 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
     ids = np.arange(len(items), dtype=np.int64)
     found = set()
     values = band_values(hashes, bands)
-    for band in range(len(bands)):  # The buckets FindHashPairs groups, verified by its own bucket_pairs.
-        for value in np.unique(values[:, band]):
-            members = values[:, band] == value
-            found |= {(a, b) for a, b, _ in bucket_pairs(ids[members], hashes[members], max_distance,
-                                                          defaults.max_bucket)}
+    for band in range(len(bands)):  # Every bucket of the band, verified by what FindHashPairs' workers run.
+        _, band_pairs = partition_pairs(ids, hashes, values[:, band], band, max_distance, defaults.max_bucket)
+        found |= {(a, b) for a, b, _ in band_pairs}
     result = planted.accuracy(items, hashes, with_copies(found, hashes))
     result["all_pairs_found"] = len(with_copies({(a, b) for a, b, _ in brute_force_pairs(ids, hashes, max_distance)},
                                                 hashes))
