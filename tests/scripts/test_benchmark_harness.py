@@ -15,7 +15,7 @@ import outputs
 sys.path.insert(0, os.path.join(outputs.REPO_ROOT, "scripts"))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.harness import Ratio, Results, in_turn, marginal_rate  # noqa: E402
+from benchmarks.harness import Ratio, Results, in_turn, marginal_rate, read_through  # noqa: E402
 from benchmarks.targets import TARGETS, met  # noqa: E402
 
 
@@ -54,6 +54,16 @@ def test_every_target_is_judged_in_its_direction():
 def test_marginal_rate_cancels_start_up():
     assert marginal_rate((100, 12.0), (1000, 30.0)) == pytest.approx(50.0)  # 900 images in 18 s.
     assert marginal_rate((100, 12.0), (200, 11.0)) == pytest.approx(200 / 11.0)  # Noise: the big run alone.
+
+
+def test_read_through_reads_every_byte_of_every_file_under_a_folder(tmp_path):
+    # What each timed arm of the quality section reads first, untimed, so it starts from the page cache.
+    (tmp_path / "data" / "deep").mkdir(parents=True)
+    sizes = {"manifest.json": 10, "data/a.tfrecord": 5 << 20, "data/deep/b.tfrecord": 123}  # One over a 4 MiB chunk.
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"x" * size)
+    assert read_through(str(tmp_path)) == sum(sizes.values())
+    assert read_through(str(tmp_path / "data" / "deep")) == 123
 
 
 def test_the_readme_table_replaces_only_what_lies_between_its_markers(tmp_path):
