@@ -58,6 +58,11 @@ def _masked_crc(data: bytes) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def framed_length(record_length: int) -> int:
+    """The bytes a record of `record_length` takes in a TFRecord file: length, its CRC, data, data CRC."""
+    return 12 + record_length + 4
+
+
 def frame_record(record: bytes) -> bytes:
     """Returns `record` framed as TFRecord bytes: length, its CRC, data, data CRC."""
     length = struct.pack("<Q", len(record))
@@ -104,7 +109,7 @@ def read_records_at(stream: Readable, verify: bool = True, offset: int = 0) -> I
         if verify and struct.unpack_from("<I", record, length)[0] != _masked_crc(record[:length]):
             raise DamagedRecords(f"corrupt: the record at byte {offset} fails its CRC", False)
         yield offset, record[:length]
-        offset += 12 + length + 4
+        offset += framed_length(length)
 
 
 def iter_records(data: bytes) -> Iterator[bytes]:

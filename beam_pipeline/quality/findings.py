@@ -92,7 +92,8 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
     columns = csv_rows.CsvColumns(**job_config["columns"])
     csv_path = job_config["input_csv"]
     table = read_signals(layout, names, {key: index for index, key in enumerate(csv_keys)})
-    col = {name: table.column(name).to_pylist() for name in ("key", "source", "split", "label", "shard", "index")}
+    col = {name: table.column(name).to_pylist()
+           for name in ("key", "source", "split", "label", "shard", "index", "offset")}
     numbers = {name: table.column(name).to_numpy() for name in ("brightness", "contrast", "blur")}
     images = groups.Images(keys=col["key"], splits=col["split"], labels=col["label"],
                            hashes=as_unsigned(table.column("phash").to_numpy()),
@@ -180,7 +181,7 @@ def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, co
     wanted |= set(suspect_positions[:top])
     preprocess = features.PreprocessConfig.from_dict(job_manifest["config"]["preprocess"])
     uris = thumbnails(OutputLayout(config.input_dir), preprocess,
-                      [(col["shard"][i], col["index"][i]) for i in wanted])
+                      [(col["shard"][i], col["index"][i], col["offset"][i]) for i in wanted])
 
     def figure(i: int, extra: str = "") -> report_html.Figure:
         caption = [col["source"][i], f"split: {images.splits[i]}" + (f" → {moves[images.keys[i]]}"

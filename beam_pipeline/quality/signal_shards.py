@@ -16,12 +16,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common.job_shards import RecordShard, verified_batches
+from beam_pipeline.common.records import framed_length
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from tf_serving_input import features
 from tf_serving_input.layout import QualityLayout
@@ -33,7 +35,9 @@ BATCH = 16
 
 SCHEMA = pa.schema([
     ("key", pa.string()), ("source", pa.string()), ("split", pa.string()), ("label", pa.string()),
-    ("shard", pa.string()), ("index", pa.int32()),  # Where the stored image is: for the report's thumbnails.
+    # Where the stored image is, for the report's thumbnails: its shard, place, and the byte offset of its
+    # record (read there directly, never by scanning the shard up to it).
+    ("shard", pa.string()), ("index", pa.int32()), ("offset", pa.int64()),
     ("phash", pa.int64()),  # The 64 hash bits as a signed integer.
     ("digest_hi", pa.int64()), ("digest_lo", pa.int64()),
     ("brightness", pa.float32()), ("contrast", pa.float32()), ("blur", pa.float32()),
@@ -43,8 +47,14 @@ NUMBERS = ("phash", "digest_hi", "digest_lo", "brightness", "contrast", "blur")
 
 
 def empty_columns() -> dict[str, list[Any]]:
-    """The columns `measure_into` appends to, with no row yet."""
-    return {name: [] for name in (*TEXT, *NUMBERS)}
+    """The columns `measure_into` appends to, with no row yet ("bytes": each record's length)."""
+    return {name: [] for name in (*TEXT, *NUMBERS, "bytes")}
+
+
+def record_offsets(columns: dict[str, list[Any]]) -> list[int]:
+    """Each measured record's byte offset in its shard (records follow each other from the file's start)."""
+    lengths = np.fromiter(map(framed_length, columns["bytes"]), np.int64, len(columns["bytes"]))
+    return (np.cumsum(lengths) - lengths).tolist()
 
 
 def measure_into(columns: dict[str, list[Any]], batch: list[bytes], preprocess: features.PreprocessConfig) -> None:
@@ -54,6 +64,7 @@ def measure_into(columns: dict[str, list[Any]], batch: list[bytes], preprocess: 
     # Every call gets BATCH records (the last batch padded with copies of its last record, results
     # dropped): XLA compiles once per shape, and a shard's own remainder size cost 0.1-0.4 s a shard to compile.
     texts, signals = _parse_and_measure(tf.constant(batch + batch[-1:] * (BATCH - len(batch))), preprocess)
+    columns["bytes"] += map(len, batch)
     for name, feature in TEXT.items():
         columns[name] += [value.decode("utf-8") for value in texts[feature].numpy()[:len(batch)].tolist()]
     for name in NUMBERS:
@@ -96,7 +107,7 @@ def signals_table(shard: RecordShard, columns: dict[str, list[Any]]) -> pa.Table
     count = len(columns["key"])
     return pa.table({**{name: columns[name] for name in (*TEXT, *NUMBERS)},
                      "split": [shard.split] * count, "shard": [shard.name] * count,
-                     "index": list(range(count))}).select(SCHEMA.names).cast(SCHEMA)
+                     "index": list(range(count)), "offset": record_offsets(columns)}).select(SCHEMA.names).cast(SCHEMA)
 
 
 def to_parquet_bytes(table: pa.Table) -> bytes:
@@ -124,9 +135,9 @@ class ComputeShardSignals(beam.DoFn):
 
         started = time.time()
         finished = read_verified(self._layout, shard.name, shard.rows)
-        if finished:
+        if finished and pq.read_schema(io.BytesIO(finished[1])).names == SCHEMA.names:
             yield finished[0]
-            return
+            return  # (A file of an earlier version, without a column of SCHEMA, is measured again.)
         failed: list[dict[str, Any]] = []
         preprocess = features.PreprocessConfig.from_dict(self._preprocess)
         columns = empty_columns()

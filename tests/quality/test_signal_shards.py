@@ -65,3 +65,79 @@ def test_a_worker_traces_once_for_every_shard_of_one_job():
     for _ in range(3):  # Three more shards, as ComputeShardSignals.process makes each one's config.
         measure(records, PreprocessConfig.from_dict(CONFIG.to_dict()))
     assert signal_shards._traced_measure(CONFIG).experimental_get_tracing_count() == traced == 1
+
+
+def write_shard(path, records):
+    from beam_pipeline.common.records import frame_record
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(frame_record(record) for record in records))
+
+
+def test_each_row_records_where_its_stored_image_starts_in_the_shard(tmp_path):
+    from beam_pipeline.common.records import read_records_at
+
+    images = np.random.default_rng(7).integers(0, 256, (signal_shards.BATCH + 3, SIZE, SIZE, 3), dtype=np.uint8)
+    records = records_of(images)  # Sources "img-9.png", "img-10.png": the records differ in length.
+    path = tmp_path / "data" / "train-00000-of-00001.tfrecord"
+    write_shard(path, records)
+    columns = measure(records, CONFIG)
+    offsets = signal_shards.record_offsets(columns)
+    assert offsets == [offset for offset, _ in read_records_at(open(path, "rb"))]
+    with open(path, "rb") as f:  # What the report does: seek to a row's record, no scan.
+        for index in (len(records) - 1, 0, 5):
+            f.seek(offsets[index])
+            assert next(read_records_at(f, offset=offsets[index]))[1] == records[index]
+
+
+def test_the_report_reads_only_the_records_it_shows(tmp_path):
+    """A thumbnail is read at its record's offset: a damaged record before it (or the rest of a
+    million-image shard) is never read, where a front-to-back scan read up to the whole shard."""
+    from beam_pipeline.quality.thumbnails import thumbnails
+    from tf_serving_input.layout import OutputLayout
+
+    images = np.random.default_rng(8).integers(0, 256, (6, SIZE, SIZE, 3), dtype=np.uint8)
+    records = records_of(images)
+    columns = measure(records, CONFIG)
+    offsets = signal_shards.record_offsets(columns)
+    layout = OutputLayout(str(tmp_path))
+    path = tmp_path / "data" / "train-00000-of-00001.tfrecord"
+    write_shard(path, records)
+    data = bytearray(path.read_bytes())
+    data[offsets[1] + 40] ^= 0xFF  # Record 1's bytes: its CRC fails if anything reads it.
+    path.write_bytes(bytes(data))
+    uris = thumbnails(layout, CONFIG, [("train-00000-of-00001", 4, offsets[4]), ("train-00000-of-00001", 0, 0)])
+    assert set(uris) == {("train-00000-of-00001", 4), ("train-00000-of-00001", 0)}
+    assert all(uri.startswith("data:image/jpeg;base64,") for uri in uris.values())
+
+
+def test_a_signals_file_of_an_earlier_version_is_measured_again_on_resume(tmp_path):
+    """A resumed run keeps each shard an earlier attempt finished, unless that file lacks a column of
+    SCHEMA (written before the column existed): the findings would fail on it, so it is measured again."""
+    import pyarrow as pa
+
+    from beam_pipeline.common.job_shards import RecordShard
+    from beam_pipeline.common.shard_file import ShardFileWriter
+    from tf_serving_input.layout import QualityLayout
+
+    images = np.random.default_rng(9).integers(0, 256, (3, SIZE, SIZE, 3), dtype=np.uint8)
+    records = records_of(images)
+    path = tmp_path / "job" / "data" / "train-00000-of-00001.tfrecord"
+    write_shard(path, records)
+    shard = RecordShard(name="train-00000-of-00001", split="train", path=str(path), rows=3)
+    out = str(tmp_path / "quality")
+    layout = QualityLayout(out)
+    compute = signal_shards.ComputeShardSignals(out, CONFIG.to_dict())
+
+    first = list(compute.process(shard))[0]
+    assert list(compute.process(shard))[0]["sha256"] == first["sha256"]  # Finished: kept, not redone.
+
+    old = signal_shards.read_table(layout.shard_file(shard.name)).drop_columns(["offset"])
+    with ShardFileWriter(layout, shard.name) as writer:  # As the earlier version published its file.
+        writer.write(signal_shards.to_parquet_bytes(old), records=3)
+        writer.publish({"split": "train", "rows": 3, "failed": []})
+    assert "offset" not in signal_shards.read_table(layout.shard_file(shard.name)).column_names
+    again = list(compute.process(shard))[0]
+    table = signal_shards.read_table(layout.shard_file(shard.name))
+    assert table.schema == signal_shards.SCHEMA and again["sha256"] == first["sha256"]
+    assert table.column("offset").to_pylist()[0] == 0 and isinstance(table, pa.Table)
