@@ -76,7 +76,19 @@ def _parse_and_measure(batch: Any, preprocess: features.PreprocessConfig) -> tup
 
     Traced, not eager: parsing eagerly cost ~6x the traced parse (op dispatch per batch), more than the signals.
     """
-    return _traced_measure(preprocess)(batch)
+    return _measure_batch(preprocess)(batch)
+
+
+@functools.cache
+def _measure_batch(preprocess: features.PreprocessConfig) -> Any:
+    """`_traced_measure`'s concrete function for a batch of BATCH records (the only shape it is called with).
+
+    Called directly: the tf.function's own dispatch (its trace cache, argument binding) cost ~0.6 ms of a
+    batch's ~4.9 (309 -> 273 us an image for parsing and measuring, 2-core VM, 2026-12-02).
+    """
+    import tensorflow as tf
+
+    return _traced_measure(preprocess).get_concrete_function(tf.TensorSpec([BATCH], tf.string))
 
 
 @functools.cache
