@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.records import read_records_at
+from beam_pipeline.common.records import DamagedRecords, read_records_at
 from tf_serving_input import features
 from tf_serving_input.layout import OutputLayout
 
@@ -32,10 +32,16 @@ def thumbnails(job_layout: OutputLayout, preprocess: features.PreprocessConfig,
         by_shard.setdefault(shard, set()).add((offset, index))
     out = {}
     for shard, places in sorted(by_shard.items()):
-        with FileSystems.open(job_layout.shard_file(shard), compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        path = job_layout.shard_file(shard)
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             for offset, index in sorted(places):
                 f.seek(offset)
-                _, record = next(read_records_at(f, offset=offset))
+                try:
+                    _, record = next(read_records_at(f, offset=offset))
+                except (DamagedRecords, StopIteration) as error:  # StopIteration: the file ends before it.
+                    raise ValueError(f"job shard {path} changed since its signals were measured (record {index} "
+                                     f"at byte {offset}: {error or 'past the end of the file'}): rerun with "
+                                     "--overwrite to measure it again") from None
                 image, _ = parse_record(tf.constant(record), preprocess)
                 small = tf.cast(tf.round(tf.image.resize(image, [side, side], method="area")), tf.uint8)
                 jpeg = tf.io.encode_jpeg(small, quality=80).numpy()  # ~3 KiB: 6x smaller than PNG.

@@ -141,3 +141,27 @@ def test_a_signals_file_of_an_earlier_version_is_measured_again_on_resume(tmp_pa
     table = signal_shards.read_table(layout.shard_file(shard.name))
     assert table.schema == signal_shards.SCHEMA and again["sha256"] == first["sha256"]
     assert table.column("offset").to_pylist()[0] == 0 and isinstance(table, pa.Table)
+
+
+def test_a_shard_changed_since_its_signals_fails_the_report_naming_the_file(tmp_path):
+    """The signals verified the shard; a shown record that no longer reads at its offset (changed,
+    truncated) is one line naming the shard and what to do, not a CRC message without a file."""
+    import pytest
+
+    from beam_pipeline.quality.thumbnails import thumbnails
+    from tf_serving_input.layout import OutputLayout
+
+    images = np.random.default_rng(10).integers(0, 256, (4, SIZE, SIZE, 3), dtype=np.uint8)
+    records = records_of(images)
+    offsets = signal_shards.record_offsets(measure(records, CONFIG))
+    path = tmp_path / "data" / "train-00000-of-00001.tfrecord"
+    layout = OutputLayout(str(tmp_path))
+    write_shard(path, records)
+    data = path.read_bytes()
+    truncated = data[:offsets[3]]
+    flipped = data[:offsets[2]] + bytes([data[offsets[2]] ^ 1]) + data[offsets[2] + 1:]  # Record 2's length.
+    for changed, index in ((truncated, 3), (flipped, 2)):
+        path.write_bytes(changed)
+        with pytest.raises(ValueError, match=r"train-00000-of-00001\.tfrecord.*--overwrite"):
+            thumbnails(layout, CONFIG, [("train-00000-of-00001", index, offsets[index])])
+        assert thumbnails(layout, CONFIG, [("train-00000-of-00001", 1, offsets[1])])  # The others still read.
