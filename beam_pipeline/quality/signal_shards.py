@@ -3,7 +3,8 @@
     signals/{job shard stem}.parquet  (SCHEMA; one row per record, in the shard's order) + shards/{stem}.json
 
 The shard is verified as it is read, in one pass (size, SHA-256, record CRCs against the job's manifest):
-a damaged one gets no signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept.
+a damaged one gets no signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept
+(unless its file lacks a column of SCHEMA, written by an earlier version: it is measured again).
 """
 
 from __future__ import annotations

@@ -20,8 +20,9 @@ def thumbnails(job_layout: OutputLayout, preprocess: features.PreprocessConfig,
     """(job shard stem, record index) -> a JPEG data URI of that stored image, shrunk to `side`.
 
     `wanted`: (shard stem, record index, byte offset of the record) each, as the signals table records them.
-    Each record is read at its offset (its CRCs checked), so the report reads only what it shows: a scan up
-    to the last wanted record read most of every shard holding one (up to the whole dataset at a million).
+    Each record is read at its offset (its CRCs checked), so the report reads from each shown record on, up to
+    the filesystem's read buffer (16 MiB on gs:// and s3://), not the whole shard: a scan up to the last
+    wanted record read most of every shard holding one (up to the whole dataset at a million).
     """
     import tensorflow as tf
 
@@ -40,7 +41,7 @@ def thumbnails(job_layout: OutputLayout, preprocess: features.PreprocessConfig,
                     _, record = next(read_records_at(f, offset=offset))
                 except (DamagedRecords, StopIteration) as error:  # StopIteration: the file ends before it.
                     raise ValueError(f"job shard {path} changed since its signals were measured (record {index} "
-                                     f"at byte {offset}: {error or 'past the end of the file'}): rerun with "
+                                     f"at byte {offset}: {str(error) or 'the file ends before it'}): rerun with "
                                      "--overwrite to measure it again") from None
                 image, _ = parse_record(tf.constant(record), preprocess)
                 small = tf.cast(tf.round(tf.image.resize(image, [side, side], method="area")), tf.uint8)

@@ -160,8 +160,8 @@ def test_a_shard_changed_since_its_signals_fails_the_report_naming_the_file(tmp_
     data = path.read_bytes()
     truncated = data[:offsets[3]]
     flipped = data[:offsets[2]] + bytes([data[offsets[2]] ^ 1]) + data[offsets[2] + 1:]  # Record 2's length.
-    for changed, index in ((truncated, 3), (flipped, 2)):
+    for changed, index, why in ((truncated, 3, "the file ends before it"), (flipped, 2, "fails its CRC")):
         path.write_bytes(changed)
-        with pytest.raises(ValueError, match=r"train-00000-of-00001\.tfrecord.*--overwrite"):
+        with pytest.raises(ValueError, match=rf"train-00000-of-00001\.tfrecord changed .*{why}.*--overwrite"):
             thumbnails(layout, CONFIG, [("train-00000-of-00001", index, offsets[index])])
         assert thumbnails(layout, CONFIG, [("train-00000-of-00001", 1, offsets[1])])  # The others still read.
