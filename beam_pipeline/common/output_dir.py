@@ -39,12 +39,14 @@ def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> 
         stale += [m.path for result in FileSystems.match(layout.temp_files_globs()) for m in result.metadata_list]
     if stale:
         FileSystems.delete(stale)
+    # The run file first: a run killed after it is resumed by the same command, while folders made
+    # before it (a kill in between) read as another run's output and were refused.
+    write_json(layout.run_file, fingerprint)
     for folder in (layout.data_dir, layout.status_dir):
         try:
             FileSystems.mkdirs(folder)
         except Exception:  # noqa: BLE001 - object stores have no folders; an existing one is fine too.
             pass
-    write_json(layout.run_file, fingerprint)
     if not resumable:
         return 0
     return len(FileSystems.match([layout.status_files_glob()])[0].metadata_list)

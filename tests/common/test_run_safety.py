@@ -130,3 +130,33 @@ def test_a_lock_left_by_a_dead_run_is_taken_over_with_a_notice(tmp_path, capsys)
     assert main.run(argv) == 0
     assert "taking over the lock of a run that is gone" in capsys.readouterr().out
     assert not (out / ".lock").exists()
+
+
+@pytest.mark.parametrize("layout_class", ["OutputLayout", "PredictionLayout", "QualityLayout"])
+def test_a_run_killed_while_preparing_its_folder_is_resumed_by_the_same_command(tmp_path, monkeypatch, layout_class):
+    """Killed between creating its first folder and the next step: the same command must resume.
+
+    Found by `test_a_password_appears_nowhere_across_a_killed_run_and_its_rerun` on a loaded machine: the
+    folders were made before the run file, so a kill between them left folders and no run file, and the
+    rerun refused the folder as "output of a different input or configuration".
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_pipeline.common import output_dir
+    from tf_serving_input import layout as layouts
+
+    folder = getattr(layouts, layout_class)(str(tmp_path / "out"))
+    fingerprint = {"config": {"input": "a"}}
+    real_mkdirs = FileSystems.mkdirs
+
+    def killed_after_one(path):
+        real_mkdirs(path)
+        raise KeyboardInterrupt("killed")  # Not an Exception: nothing on the way catches it, as with SIGKILL.
+
+    monkeypatch.setattr(FileSystems, "mkdirs", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        output_dir.prepare(folder, fingerprint, overwrite=False)
+    monkeypatch.setattr(FileSystems, "mkdirs", real_mkdirs)
+    assert output_dir.prepare(folder, fingerprint, overwrite=False) == 0  # Resumed, nothing finished yet.
+    with pytest.raises(output_dir.OutputDirError, match="different input or configuration"):
+        output_dir.prepare(folder, {"config": {"input": "b"}}, overwrite=False)  # Another run: still refused.
