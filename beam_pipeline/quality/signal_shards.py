@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
@@ -54,8 +54,7 @@ def empty_columns() -> dict[str, list[Any]]:
 
 def record_offsets(columns: dict[str, list[Any]]) -> list[int]:
     """Each measured record's byte offset in its shard (records follow each other from the file's start)."""
-    lengths = np.fromiter(map(framed_length, columns["bytes"]), np.int64, len(columns["bytes"]))
-    return (np.cumsum(lengths) - lengths).tolist()
+    return list(itertools.accumulate(map(framed_length, columns["bytes"]), initial=0))[:-1]
 
 
 def measure_into(columns: dict[str, list[Any]], batch: list[bytes], preprocess: features.PreprocessConfig) -> None:
