@@ -66,9 +66,11 @@ def beam_options(beam_args: list[str]) -> Any:
 
 def console_main(run: Callable[[], int]) -> None:
     """A console-script entry point: quiet start-up (see `quiet`), then exit with `run()`'s code."""
+    from beam_pipeline.common.fast_exit import skip_final_collection
     from beam_pipeline.common.quiet import quiet_startup
 
     quiet_startup(sys.argv[1:])
+    skip_final_collection()
     sys.exit(run())
 
 

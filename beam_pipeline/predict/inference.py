@@ -108,9 +108,11 @@ class ExportModelHandler(ModelHandler[Example, PredictionResult, _LoadedExport])
         self._embedding_dtype = embedding_dtype
 
     def load_model(self) -> _LoadedExport:
+        from beam_pipeline.common.fast_exit import skip_final_collection
         from beam_pipeline.common.runners import configure_tensorflow_threads
 
         configure_tensorflow_threads()
+        skip_final_collection()
         return _LoadedExport(self._model_dir, self._signature, self._input_name)
 
     def run_inference(self, batch: Sequence[Example], model: _LoadedExport,

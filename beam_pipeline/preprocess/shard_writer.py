@@ -15,6 +15,7 @@ import apache_beam as beam
 import numpy as np
 
 from beam_pipeline.common import rows as csv_source
+from beam_pipeline.common.fast_exit import skip_final_collection
 from beam_pipeline.common.records import iter_records, parse_example
 from beam_pipeline.common.rows import failure_record
 from beam_pipeline.common.runners import configure_tensorflow_threads
@@ -58,6 +59,7 @@ class WriteShardFn(beam.DoFn):
 
     def setup(self):
         configure_tensorflow_threads()
+        skip_final_collection()
         self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes)
 
     def process(self, element):

@@ -47,6 +47,11 @@ class ReadHashes(beam.DoFn):
     def __init__(self, min_contrast: float) -> None:
         self._min_contrast = min_contrast
 
+    def setup(self) -> None:
+        from beam_pipeline.common.fast_exit import skip_final_collection
+
+        skip_final_collection()
+
     def process(self, path: str) -> Iterator[tuple[int, int]]:
         table = read_table(path, ["key", "phash", "contrast"])
         for key, phash, contrast in zip(*(table.column(name).to_pylist() for name in table.column_names),

@@ -142,6 +142,11 @@ class ComputeShardSignals(beam.DoFn):
         self._layout = QualityLayout(output_dir)
         self._preprocess = preprocess
 
+    def setup(self) -> None:
+        from beam_pipeline.common.fast_exit import skip_final_collection
+
+        skip_final_collection()
+
     def process(self, shard: RecordShard) -> Iterator[dict[str, Any]]:
         from beam_pipeline.common.rows import failure_record
 
