@@ -13,7 +13,7 @@ from tf_serving_input.layout import QualityLayout
 
 
 class QualityLauncher(Launcher[QualityLayout]):
-    """The quality job's run: the shared skeleton (lock, resume, one-line errors) plus its two pipelines."""
+    """The quality job's run: the shared skeleton (lock, resume, one-line errors), its pipeline, the findings."""
 
     def __init__(self, config: Any, beam_args: list[str], pipeline_options: Any, layout: QualityLayout) -> None:
         super().__init__(layout, beam_args, pipeline_options, config)
@@ -117,34 +117,29 @@ class QualityLauncher(Launcher[QualityLayout]):
         from beam_pipeline.common import report
         from beam_pipeline.common.job_shards import record_shards
         from beam_pipeline.quality import findings
-        from beam_pipeline.quality.pipeline import build_pairs_pipeline, build_signals_pipeline
+        from beam_pipeline.quality.pipeline import build_quality_pipeline
         from tf_serving_input.layout import OutputLayout
 
         config, layout = self.config, self.layout
         shards = record_shards(OutputLayout(config.input_dir), self.job_manifest)
         names = [shard.name for shard in shards]
         total = sum(shard.rows for shard in shards)
-        self.announce(f"Measuring {total} images of {config.input_dir} ({len(shards)} shards); writing to "
-                      f"{config.output_dir}", finished_earlier)
+        self.announce(f"Measuring {total} images of {config.input_dir} ({len(shards)} shards), then finding pairs "
+                      f"within {config.hash_distance} bits (bands of {config.hash_band_bits} bits every "
+                      f"{config.hash_band_step}); writing to {config.output_dir}", finished_earlier)
+        if FileSystems.exists(layout.path(layout.PAIRS_DIR)):  # Left by a killed run: the pairs are redone.
+            FileSystems.delete([layout.path(layout.PAIRS_DIR)])
         preprocess = self.job_manifest["config"]["preprocess"]
-        signal_seconds = self.run_pipeline(
-            step, run_log, f"computing signals into {layout.data_dir}",
-            lambda pipeline: build_signals_pipeline(pipeline, config.output_dir, preprocess, shards),
+        pipeline_seconds = self.run_pipeline(
+            step, run_log, f"computing signals into {layout.data_dir} and pairs into {layout.path(layout.PAIRS_DIR)}",
+            lambda pipeline: build_quality_pipeline(pipeline, layout, preprocess, shards, config.hash_distance,
+                                                    config.hash_band_bits, config.hash_band_step, config.max_bucket,
+                                                    config.near_constant_contrast, self.prediction_files(),
+                                                    config.embedding_hash_distance),
             len(shards), total)
         statuses = self.verified_statuses(step, names)
         if statuses is None:
             return 1
-        if FileSystems.exists(layout.path(layout.PAIRS_DIR)):  # Left by a killed run: the pairs are redone.
-            FileSystems.delete([layout.path(layout.PAIRS_DIR)])
-        print(f"Finding pairs within {config.hash_distance} bits (bands of {config.hash_band_bits} bits every "
-              f"{config.hash_band_step})", flush=True)
-        pair_seconds = self.run_pipeline(
-            step, run_log, f"finding near-duplicate pairs into {layout.path(layout.PAIRS_DIR)}",
-            lambda pipeline: build_pairs_pipeline(pipeline, layout, [layout.shard_file(n) for n in names],
-                                                  config.hash_distance, config.hash_band_bits, config.hash_band_step,
-                                                  config.max_bucket,
-                                                  config.near_constant_contrast, self.prediction_files(),
-                                                  config.embedding_hash_distance))
         step.now(f"writing the findings to {layout.root}")
         summary_counts, failures = report.summarize_statuses(statuses)
         found = findings.analyze(config, layout, self.job_manifest, names, summary_counts["failed"],
@@ -154,7 +149,7 @@ class QualityLauncher(Launcher[QualityLayout]):
             "rows": summary_counts["rows"], "measured": summary_counts["written"],
             "failed": summary_counts["failed"], "failed_by_reason": summary_counts["failed_by_reason"],
             "shards": summary_counts["shards"], "summary": found.summary, "config": config.to_dict(),
-            "seconds": {"signals": round(signal_seconds, 3), "pairs": round(pair_seconds, 3)},
+            "seconds": {"pipeline": round(pipeline_seconds, 3)},
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": report.library_versions(),
             # Each output's SHA-256: a rerun and the UI check them (a flipped byte in a Parquet often still reads).

@@ -1,11 +1,14 @@
-"""Assembles the quality job's two pipelines.
+"""Assembles the quality job's pipeline: the signals of each job shard, then the near-duplicate pairs over them.
 
     signals:  RecordShard -> ComputeShardSignals -> signals/{shard}.parquet (pixels never leave the worker)
-    pairs:    signals files -> ReadHashes (id, hash) -> FindHashPairs (band GroupByKey) -> pairs/pairs-*
-              "key_a key_b distance" lines
+    pairs:    each written signals file -> ReadHashes (id, hash) -> FindHashPairs (band GroupByKey)
+              -> pairs/pairs-* "key_a key_b distance" lines
 
-The pairs pipeline reads only the key and hash columns: what crosses its shuffle is two integers an image.
+One pipeline, not two: the pair steps run in the worker processes the signals started (a second pipeline
+started its own: ~2.5 s of fixed cost a run on a 2-core machine, most of it importing Beam again). The
+pair steps read only the key and hash columns: what crosses the shuffle is two integers an image.
 """
+
 
 from __future__ import annotations
 
@@ -29,16 +32,25 @@ def id_key(value: int) -> str:
     return f"{value & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-def build_signals_pipeline(pipeline: beam.Pipeline, output_dir: str, preprocess: dict,
-                           shards: list[RecordShard]) -> None:
-    """Adds the signals steps: one signals file per job shard."""
-    _ = (pipeline
-         | "ShardTasks" >> beam.Create(shards)
-         # RecordShard
-         | "SpreadShards" >> beam.Reshuffle()
-         # RecordShard, one worker each
-         | "ComputeSignals" >> beam.ParDo(ComputeShardSignals(output_dir, preprocess)))
-         # status dict of each written shard
+def build_quality_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, preprocess: dict,
+                           shards: list[RecordShard], max_distance: int, band_bits: int, band_step: int,
+                           max_bucket: int, min_contrast: float, prediction_files: list[str] = (),
+                           embedding_hash_distance: int = 16) -> None:
+    """Adds the signals steps (one signals file per job shard), then the pair steps over the files written.
+
+    With `prediction_files` (the predict job's shards), candidate pairs by embedding signature as well.
+    """
+    signal_files = (pipeline
+                    | "ShardTasks" >> beam.Create(shards)
+                    # RecordShard
+                    | "SpreadShards" >> beam.Reshuffle()
+                    # RecordShard, one worker each
+                    | "ComputeSignals" >> beam.ParDo(ComputeShardSignals(layout.root, preprocess))
+                    # status dict of each written shard
+                    | "SignalFiles" >> beam.Map(lambda status: layout.shard_file(status["name"])))
+                    # path of its signals file
+    add_pair_steps(pipeline, layout, signal_files, max_distance, band_bits, band_step, max_bucket, min_contrast,
+                   prediction_files, embedding_hash_distance)
 
 
 class ReadHashes(beam.DoFn):
@@ -72,20 +84,14 @@ def format_oversized(bucket: tuple[int, int]) -> str:
     return f"{key >> 32} {key & 0xFFFFFFFF} {size}"
 
 
-def build_pairs_pipeline(pipeline: beam.Pipeline, layout: QualityLayout, signal_files: list[str],
-                         max_distance: int, band_bits: int, band_step: int, max_bucket: int,
-                         min_contrast: float, prediction_files: list[str] = (),
-                         embedding_hash_distance: int = 16) -> None:
-    """Adds the pair-finding steps over the signals files; pairs and oversized buckets as text files.
-
-    With `prediction_files` (the predict job's shards), candidate pairs by embedding signature as well.
-    """
+def add_pair_steps(pipeline: beam.Pipeline, layout: QualityLayout, signal_files: beam.PCollection,
+                   max_distance: int, band_bits: int, band_step: int, max_bucket: int,
+                   min_contrast: float, prediction_files: list[str] = (),
+                   embedding_hash_distance: int = 16) -> None:
+    """Adds the pair-finding steps over the signals files (paths); pairs and oversized buckets as text files."""
     find = FindHashPairs(max_distance, band_bits, band_step, max_bucket)
-    found = (pipeline
-             | "SignalFiles" >> beam.Create(signal_files)
+    found = (signal_files
              # path of a signals file
-             | "SpreadFiles" >> beam.Reshuffle()
-             # path
              | "ReadHashes" >> beam.ParDo(ReadHashes(min_contrast))
              # (key id, hash)
              | "FindPairs" >> find)

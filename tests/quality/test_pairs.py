@@ -137,13 +137,13 @@ def test_identical_embeddings_are_all_neighbours_and_a_mislabelled_copy_is_suspe
     # Five images with one embedding (so one signature), four 'dog' and one 'cat': the embedding path verifies
     # each candidate and counts neighbours, so every pair must be proposed (not each copy to one representative);
     # the 'cat' then has 4 'dog' neighbours and is a suspected label error. Through the quality job's own
-    # pairs pipeline, on a predictions shard as the predict job writes its columns.
+    # pipeline (no job shard), on a predictions shard as the predict job writes its columns.
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from beam_pipeline.quality import embedding_pairs
     from beam_pipeline.quality.findings import read_pairs
-    from beam_pipeline.quality.pipeline import build_pairs_pipeline
+    from beam_pipeline.quality.pipeline import build_quality_pipeline
     from tf_serving_input.layout import QualityLayout
 
     keys = [f"{i:016x}" for i in range(1, 6)]
@@ -155,7 +155,7 @@ def test_identical_embeddings_are_all_neighbours_and_a_mislabelled_copy_is_suspe
         pa.array(embeddings.ravel()), 16)}), shard)
     layout = QualityLayout(str(tmp_path / "quality"))
     with TestPipeline() as pipeline:
-        build_pairs_pipeline(pipeline, layout, [], 10, 14, 5, 2000, 4.0, [shard], 16)
+        build_quality_pipeline(pipeline, layout, {}, [], 10, 14, 5, 2000, 4.0, [shard], 16)
     candidates = read_pairs(layout, layout.embedding_pairs_prefix + "*")
     assert {(a, b) for a, b, _ in candidates} == {(a, b) for i, a in enumerate(keys) for b in keys[i + 1:]}
     neighbours = embedding_pairs.verified_neighbours([(a, b) for a, b, _ in candidates], [shard], 0.15)
