@@ -103,12 +103,14 @@ def read_records_at(stream: Readable, verify: bool = True, offset: int = 0) -> I
         (length,) = struct.unpack_from("<Q", header, 0)
         if verify and struct.unpack_from("<I", header, 8)[0] != _masked_crc(header[:8]):
             raise DamagedRecords(f"corrupt: the record length at byte {offset} fails its CRC", False)
-        record = stream.read(length + 4)
-        if len(record) < length + 4:
+        # The data and its CRC in two reads: one read of both cost two copies of the data (the slice
+        # checked and the slice yielded), ~10 us a 150 KiB record.
+        record, footer = stream.read(length), stream.read(4)
+        if len(record) < length or len(footer) < 4:
             raise DamagedRecords(f"truncated: the file ends inside the record at byte {offset}", True)
-        if verify and struct.unpack_from("<I", record, length)[0] != _masked_crc(record[:length]):
+        if verify and struct.unpack("<I", footer)[0] != _masked_crc(record):
             raise DamagedRecords(f"corrupt: the record at byte {offset} fails its CRC", False)
-        yield offset, record[:length]
+        yield offset, record
         offset += framed_length(length)
 
 
