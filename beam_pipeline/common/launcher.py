@@ -158,11 +158,13 @@ class Launcher(Generic[LayoutT]):
                   "configuration are checked: kept when they verify, rewritten otherwise", flush=True)
 
     def run_pipeline(self, step: Step, run_log: RunLog, doing: str, build: Callable[[Pipeline], object],
-                     shards: int = 0, rows: int = 0, options: PipelineOptions | None = None) -> float:
+                     shards: int = 0, rows: int = 0, options: PipelineOptions | None = None,
+                     then: str | None = None) -> float:
         """Builds (`build(pipeline)`) and runs one Beam pipeline; returns its wall seconds.
 
-        Progress lines follow the shard status files while `shards` complete (local runners);
-        the workers' logs go to the run's log. `options` default to the job's pipeline options.
+        Progress lines follow the shard status files while `shards` complete (local runners), and
+        announce `then` (what the pipeline does after its last shard) once they have; the workers'
+        logs go to the run's log. `options` default to the job's pipeline options.
         """
         import apache_beam as beam
 
@@ -172,7 +174,7 @@ class Launcher(Generic[LayoutT]):
         options = options if options is not None else self.pipeline_options
         monitor = None
         if shards and self.progress and flags.is_local_runner(self.beam_args):
-            monitor = ShardProgress(self.layout, shards, rows)
+            monitor = ShardProgress(self.layout, shards, rows, then=then)
             monitor.start()
         started = time.time()
         step.now(doing)

@@ -29,8 +29,11 @@ class ShardProgress(threading.Thread):
     """
 
     def __init__(self, layout: RunFolder, total_shards: int, total_rows: int, interval: float = 1.0,
-                 out: Callable[..., Any] = print) -> None:
+                 out: Callable[..., Any] = print, then: str | None = None) -> None:
+        """`then`: what the run does after its last shard, announced once when it completes (a pipeline
+        whose steps go on after the shards, e.g. the quality job's pairs, would otherwise look stalled)."""
         super().__init__(daemon=True)
+        self._then = then
         self._pattern = layout.status_files_glob()
         self._total_shards = total_shards
         self._total_rows = total_rows
@@ -68,6 +71,9 @@ class ShardProgress(threading.Thread):
         eta = format_duration(remaining / rate) if rate > 0 else "?"
         self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "
                   f"{rate:.1f} images/s, ETA {eta}", flush=True)
+        if self._then and done >= self._total_shards:
+            self._out(f"progress: all {self._total_shards} shards done; now {self._then}", flush=True)
+            self._then = None
 
     def run(self) -> None:
         while not self._stop_event.wait(self._interval):

@@ -136,7 +136,7 @@ class QualityLauncher(Launcher[QualityLayout]):
                                                     config.hash_band_bits, config.hash_band_step, config.max_bucket,
                                                     config.near_constant_contrast, self.prediction_files(),
                                                     config.embedding_hash_distance),
-            len(shards), total)
+            len(shards), total, then="finding near-duplicate pairs")
         statuses = self.verified_statuses(step, names)
         if statuses is None:
             return 1
