@@ -239,7 +239,7 @@ class QualityLayout(RunFolder):
 
     DATA_DIR = "signals"  # signals/{job shard stem}.parquet: one row per image of that job shard.
     SHARD_SUFFIX = ".parquet"
-    PAIRS_DIR = "pairs"  # pairs/pairs-*: the pair-finding pipeline's text output, "key_a key_b distance" a line.
+    PAIRS_DIR = "pairs"  # pairs/pairs-*: the pair steps' text output, "key_a key_b distance" a line.
     DUPLICATE_GROUPS_FILE = "duplicate_groups.parquet"
     IMAGE_FLAGS_FILE = "image_flags.parquet"
     SUMMARY_FILE = "summary.json"
@@ -249,7 +249,7 @@ class QualityLayout(RunFolder):
 
     @property
     def pairs_prefix(self) -> str:
-        """The file prefix the pair-finding pipeline writes under (one or more text files)."""
+        """The file prefix the pair steps write under (one or more text files)."""
         return self.path(self.PAIRS_DIR, "pairs")
 
     @property

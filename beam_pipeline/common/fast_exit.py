@@ -6,7 +6,9 @@ local runner waits for each worker process to exit before a pipeline returns, so
 once more per worker, and every command once more at its own end. `gc.freeze()` in an exit handler moves
 what is alive to the permanent generation, which that collection skips. Nothing else changes: the other
 exit handlers still run, files are still flushed and closed (every output is complete and renamed before
-its command returns, and a lock is released by its own handler or by the process ending).
+its command returns, and the run lock is released by its context manager before the exit).
+A worker step registers it in whatever process runs it: with an in-process runner that is the caller's own
+(a test, a notebook), which then skips that collection too, harmlessly.
 """
 
 from __future__ import annotations

@@ -71,18 +71,24 @@ class ShardProgress(threading.Thread):
         eta = format_duration(remaining / rate) if rate > 0 else "?"
         self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "
                   f"{rate:.1f} images/s, ETA {eta}", flush=True)
-        if self._then and done >= self._total_shards:
+        self._announce_then()
+
+    def _announce_then(self) -> None:
+        """Prints `then` once, when every shard is complete."""
+        if self._then and len(self._rows_by_status) >= self._total_shards:
             self._out(f"progress: all {self._total_shards} shards done; now {self._then}", flush=True)
             self._then = None
 
     def run(self) -> None:
+        self._announce_then()  # Every shard finished by an earlier run: what comes next starts now.
         while not self._stop_event.wait(self._interval):
             if self._poll():
                 self.report()
 
     def stop(self) -> None:
-        """Stops watching after a last look, so the final line shows the end state."""
+        """Stops watching after a last look, so the final line shows the end state (not `then`: it is over)."""
         self._stop_event.set()
         self.join()
+        self._then = None
         if self._poll():
             self.report()

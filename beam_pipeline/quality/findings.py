@@ -1,4 +1,4 @@
-"""After the pipelines: the signals and pairs turned into groups, flags, the clean split, the report, the summary.
+"""After the pipeline: the signals and pairs turned into groups, flags, the clean split, the report, the summary.
 
 Runs in the launching process on small columns only (keys, hashes, digests, numbers: ~60 bytes an image,
 ~60 MB at a million); pixels are read again only for the report's thumbnails (top N per section).
@@ -51,7 +51,7 @@ def read_signals(layout: QualityLayout, names: list[str], csv_order: dict[str, i
 
 
 def read_pairs(layout: QualityLayout, glob: str | None = None) -> list[tuple[str, str, int]]:
-    """The pairs the pairs pipeline wrote (by hash, or those under `glob`): (key_a, key_b, distance)."""
+    """The pairs the pipeline's pair steps wrote (by hash, or those under `glob`): (key_a, key_b, distance)."""
     pairs = []
     for match in FileSystems.match([glob or layout.pairs_glob])[0].metadata_list:
         with FileSystems.open(match.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:

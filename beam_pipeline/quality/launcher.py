@@ -1,4 +1,4 @@
-"""What the quality command does around its pipelines: check the job output, signals, pairs, findings."""
+"""What the quality command does around its pipeline: check the job output, signals and pairs, findings."""
 
 from __future__ import annotations
 

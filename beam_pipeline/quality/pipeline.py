@@ -65,7 +65,13 @@ class ReadHashes(beam.DoFn):
         skip_final_collection()
 
     def process(self, path: str) -> Iterator[tuple[int, int]]:
-        table = read_table(path, ["key", "phash", "contrast"])
+        try:
+            table = read_table(path, ["key", "phash", "contrast"])
+        except Exception as error:  # noqa: BLE001 - Beam and pyarrow wrap their errors in their own types.
+            # Read right after it was published: gone or changed since (an object store's late view,
+            # another process). The rerun checks each signals file against its status and rewrites it.
+            raise ValueError(f"the signals file {path} cannot be read ({error}): run the same command again "
+                             "to measure its shard again") from None
         for key, phash, contrast in zip(*(table.column(name).to_pylist() for name in table.column_names),
                                         strict=True):
             if contrast >= self._min_contrast:

@@ -1,6 +1,7 @@
 """Progress lines from shard status files as they appear (runner-agnostic)."""
 
 import json
+import time
 
 from beam_pipeline.common.progress import ShardProgress, format_duration
 from tf_serving_input.layout import OutputLayout
@@ -25,6 +26,12 @@ def test_format_duration():
     assert format_duration(0) == "0:00:00" and format_duration(3725.4) == "1:02:05"
 
 
+def _wait_for(lines, text):
+    deadline = time.monotonic() + 30  # A bound for a loaded machine, not a timing check.
+    while not any(text in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def test_a_step_after_the_shards_is_announced_once_when_the_last_shard_completes(tmp_path):
     # The quality job finds pairs in the same pipeline after its last shard: without a line, a million
     # images' pair stage would look like a hang after "N/N shards".
@@ -35,11 +42,39 @@ def test_a_step_after_the_shards_is_announced_once_when_the_last_shard_completes
                              out=lambda line, flush: lines.append(line), then="finding near-duplicate pairs")
     progress.start()
     (tmp_path / "shards" / "train-00000-of-00002.json").write_text(json.dumps({"rows": 10}))
-    progress.report()
+    _wait_for(lines, "1/2 shards")
     assert not any("finding" in line for line in lines)  # Not before the last shard.
     (tmp_path / "shards" / "train-00001-of-00002.json").write_text(json.dumps({"rows": 10}))
+    _wait_for(lines, "finding")
     progress.stop()
-    assert lines[-2].startswith("progress: 2/2 shards, 20/20 images")
-    assert lines[-1] == "progress: all 2 shards done; now finding near-duplicate pairs"
-    progress.report()  # Once only.
-    assert [line for line in lines if "finding" in line] == [lines[-2]]
+    assert [line for line in lines if "finding" in line] == [
+        "progress: all 2 shards done; now finding near-duplicate pairs"]
+    assert lines[lines.index("progress: all 2 shards done; now finding near-duplicate pairs") - 1].startswith(
+        "progress: 2/2 shards, 20/20 images")
+
+
+def test_the_step_after_the_shards_is_announced_at_once_when_an_earlier_run_finished_them(tmp_path):
+    # A rerun after a kill during the pair stage: every shard is kept, and the pairs start right away.
+    layout = OutputLayout(str(tmp_path))
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "train-00000-of-00001.json").write_text(json.dumps({"rows": 10}))
+    lines = []
+    progress = ShardProgress(layout, total_shards=1, total_rows=10, interval=0.01,
+                             out=lambda line, flush: lines.append(line), then="finding near-duplicate pairs")
+    progress.start()
+    _wait_for(lines, "finding")
+    progress.stop()
+    assert lines == ["progress: all 1 shards done; now finding near-duplicate pairs"]
+
+
+def test_a_step_after_the_shards_is_not_announced_once_the_run_is_over(tmp_path):
+    # The last shard seen only by the final look after the pipeline returned: its next step is done too.
+    layout = OutputLayout(str(tmp_path))
+    (tmp_path / "shards").mkdir()
+    lines = []
+    progress = ShardProgress(layout, total_shards=1, total_rows=10, interval=60,
+                             out=lambda line, flush: lines.append(line), then="finding near-duplicate pairs")
+    progress.start()
+    (tmp_path / "shards" / "train-00000-of-00001.json").write_text(json.dumps({"rows": 10}))
+    progress.stop()
+    assert len(lines) == 1 and lines[0].startswith("progress: 1/1 shards, 10/10 images")

@@ -236,3 +236,14 @@ def test_a_partition_yields_its_pairs_a_step_at_a_time(monkeypatch):
     first = [next(found) for _ in range(10)]
     assert len(set(first)) == 10
     assert sorted(first + list(found)) == sorted(pairs.bucket_pairs(ids, hashes, 4, 2000, collapse=False))
+
+
+def test_a_signals_file_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
+    # The pair steps read each signals file right after its shard's status: one changed or gone since
+    # (another process, an object store's late view) must name the file and the remedy, not pyarrow's bare text.
+    from beam_pipeline.quality.pipeline import ReadHashes
+
+    damaged = tmp_path / "train-00000-of-00001.parquet"
+    damaged.write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(ValueError, match=rf"the signals file {damaged} cannot be read .*run the same command again"):
+        list(ReadHashes(4.0).process(str(damaged)))
