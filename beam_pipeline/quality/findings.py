@@ -245,7 +245,9 @@ def format_summary(summary: dict[str, Any], layout: QualityLayout) -> str:
     """The lines printed at the end of a run."""
     flags = ", ".join(f"{name} {count}" for name, count in summary["flagged_by_flag"].items())
     return "\n".join([
-        f"Images: {summary['images']} ({summary['rows_failed']} rows of the job had no stored image)",
+        # rows_failed: rows the job stored no image for, and rows of a job shard that failed its checks here.
+        f"Images: {summary['images']} ({summary['rows_failed']} rows of the job not measured: no stored image, "
+        "or a damaged shard; each is in the job's or this run's errors.jsonl)",
         f"Duplicate groups: {summary['exact_groups']} exact, {summary['near_groups']} near, "
         f"{summary['images_in_groups']} images in groups ({summary['duplicate_images']} beyond the first of each)",
         f"Cross-split leaks: {summary['leaking_groups']} groups; label conflicts: "

@@ -108,7 +108,7 @@ class QualityLauncher(Launcher[QualityLayout]):
             print(f"Nothing to do: {layout.root} already holds this run's finished output (same input and "
                   "thresholds); pass --overwrite to redo it", flush=True)
             print(format_summary(manifest["summary"], layout), flush=True)
-            return 0
+            return self.error_budget_code(manifest)  # A run over --max_error_rate fails again, as it did.
         return super().locked(step, run_log)
 
     def run(self, finished_earlier: int, step: Any, run_log: Any) -> int:

@@ -332,6 +332,12 @@ def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_pa
     assert all(shard["file"] in e["detail"] for e in errors)
     summary = json.loads((quality_out / "summary.json").read_text())
     assert summary["images"] == 11 - shard["records"] and summary["rows_failed"] == shard["records"]
+    assert f"({shard['records']} rows of the job not measured: no stored image, or a damaged shard" in done.stdout
+    # The same command again is a no-op, and says so, but still fails: a retrying script must not read the
+    # finished-but-over-budget run as a success (it exited 0 with "Nothing to do").
+    again = quality("--input_dir", damaged, "--output_dir", quality_out)
+    assert "Nothing to do" in again.stdout
+    assert again.returncode == 1 and again.stderr == done.stderr
 
 
 def test_a_csv_changed_since_the_job_read_it_is_refused_before_any_work(job, tmp_path):
