@@ -32,15 +32,21 @@ def _wait_for(lines, text):
         time.sleep(0.01)
 
 
+def _started_monitor(tmp_path, shards, interval):
+    """A running ShardProgress over `shards` shards of 10 rows each, announcing the pairs; (it, its lines)."""
+    (tmp_path / "shards").mkdir(exist_ok=True)
+    lines = []
+    progress = ShardProgress(OutputLayout(str(tmp_path)), total_shards=shards, total_rows=10 * shards,
+                             interval=interval, out=lambda line, flush: lines.append(line),
+                             then="finding near-duplicate pairs")
+    progress.start()
+    return progress, lines
+
+
 def test_a_step_after_the_shards_is_announced_once_when_the_last_shard_completes(tmp_path):
     # The quality job finds pairs in the same pipeline after its last shard: without a line, a million
     # images' pair stage would look like a hang after "N/N shards".
-    layout = OutputLayout(str(tmp_path))
-    (tmp_path / "shards").mkdir()
-    lines = []
-    progress = ShardProgress(layout, total_shards=2, total_rows=20, interval=0.01,
-                             out=lambda line, flush: lines.append(line), then="finding near-duplicate pairs")
-    progress.start()
+    progress, lines = _started_monitor(tmp_path, shards=2, interval=0.01)
     (tmp_path / "shards" / "train-00000-of-00002.json").write_text(json.dumps({"rows": 10}))
     _wait_for(lines, "1/2 shards")
     assert not any("finding" in line for line in lines)  # Not before the last shard.
@@ -55,13 +61,9 @@ def test_a_step_after_the_shards_is_announced_once_when_the_last_shard_completes
 
 def test_the_step_after_the_shards_is_announced_at_once_when_an_earlier_run_finished_them(tmp_path):
     # A rerun after a kill during the pair stage: every shard is kept, and the pairs start right away.
-    layout = OutputLayout(str(tmp_path))
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / "train-00000-of-00001.json").write_text(json.dumps({"rows": 10}))
-    lines = []
-    progress = ShardProgress(layout, total_shards=1, total_rows=10, interval=0.01,
-                             out=lambda line, flush: lines.append(line), then="finding near-duplicate pairs")
-    progress.start()
+    progress, lines = _started_monitor(tmp_path, shards=1, interval=0.01)
     _wait_for(lines, "finding")
     progress.stop()
     assert lines == ["progress: all 1 shards done; now finding near-duplicate pairs"]
@@ -69,12 +71,7 @@ def test_the_step_after_the_shards_is_announced_at_once_when_an_earlier_run_fini
 
 def test_a_step_after_the_shards_is_not_announced_once_the_run_is_over(tmp_path):
     # The last shard seen only by the final look after the pipeline returned: its next step is done too.
-    layout = OutputLayout(str(tmp_path))
-    (tmp_path / "shards").mkdir()
-    lines = []
-    progress = ShardProgress(layout, total_shards=1, total_rows=10, interval=60,
-                             out=lambda line, flush: lines.append(line), then="finding near-duplicate pairs")
-    progress.start()
+    progress, lines = _started_monitor(tmp_path, shards=1, interval=60)
     (tmp_path / "shards" / "train-00000-of-00001.json").write_text(json.dumps({"rows": 10}))
     progress.stop()
     assert len(lines) == 1 and lines[0].startswith("progress: 1/1 shards, 10/10 images")
