@@ -1,7 +1,9 @@
 """A finished preprocessing job's shards as another job reads them: `RecordShard`s from its manifest, verified.
 
 The predict and quality jobs both read a job's output: each shard is checked in one streaming pass
-(size and SHA-256 against the job's manifest, every record's CRCs): no row of a shard that fails it counts.
+(size, record count and framing digest against the job's manifest, every record's CRCs; the file's SHA-256
+for a shard of an earlier version's job, whose manifest has no framing digest): no row of a shard that
+fails it counts.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.records import DamagedRecords, Readable, read_records
+from beam_pipeline.common.records import DamagedRecords, Readable, new_framing_digest, read_records
 from tf_serving_input import failures
 from tf_serving_input.layout import shard_stem
 
@@ -34,6 +36,7 @@ class RecordShard:
     file: str = ""  # As the job's manifest names it (relative to the job's folder), for messages.
     bytes: int | None = None
     sha256: str | None = None
+    framing_sha256: str | None = None  # `records.new_framing_digest`; absent from an earlier version's manifest.
 
 
 def job_input_sha256(job_manifest: dict[str, Any]) -> str:
@@ -51,21 +54,23 @@ def record_shards(job_layout: OutputLayout, job_manifest: dict[str, Any]) -> lis
     """The RecordShards of a job's output, from its manifest."""
     return [RecordShard(name=shard_stem(shard["file"]), split=shard["split"],
                         path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
-                        bytes=shard.get("bytes"), sha256=shard.get("sha256"))
+                        bytes=shard.get("bytes"), sha256=shard.get("sha256"),
+                        framing_sha256=shard.get("framing_sha256"))
             for shard in job_manifest["shards"]]
 
 
-class _HashingReader:
-    """A file object's reads, counted and hashed on the way."""
+class _CountingReader:
+    """A file object's reads, counted, and hashed on the way when `sha256` is given."""
 
-    def __init__(self, stream: Readable) -> None:
+    def __init__(self, stream: Readable, sha256: Any = None) -> None:
         self._stream = stream
-        self.sha256 = hashlib.sha256()
+        self.sha256 = sha256
         self.bytes = 0
 
     def read(self, size: int) -> bytes:
         data = self._stream.read(size)
-        self.sha256.update(data)
+        if self.sha256 is not None:
+            self.sha256.update(data)
         self.bytes += len(data)
         return data
 
@@ -73,8 +78,9 @@ class _HashingReader:
 def damaged_shard(shard: RecordShard) -> failures.RowFailure | None:
     """Why a job's shard cannot be trusted (a RowFailure for each of its rows), or None when it verifies.
 
-    One streaming pass: the file's size and SHA-256 against the job's manifest, and every
-    record's framing CRCs, so that a changed byte (a key, a pixel, a length) is never predicted.
+    One streaming pass: the file's size, record count and framing digest against the job's manifest
+    (the file's SHA-256 where it has no framing digest), and every record's CRCs, so that a changed
+    byte (a key, a pixel, a length) is never predicted.
     """
     return _verify(shard)
 
@@ -111,11 +117,13 @@ def _verify(shard: RecordShard, size: int = 1,
 
     try:
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            reader = _HashingReader(f)
+            # Either digest covers every byte; the framing one with 16 bytes a record to hash, not the file.
+            framing = new_framing_digest() if shard.framing_sha256 is not None else None
+            reader = _CountingReader(f, sha256=hashlib.sha256() if framing is None else None)
             count = 0
             batch: list[bytes] = []
             try:
-                for record in read_records(reader):
+                for record in read_records(reader, framing=framing):
                     count += 1
                     if consume is not None:
                         batch.append(record)
@@ -135,7 +143,10 @@ def _verify(shard: RecordShard, size: int = 1,
         problem = f"{where} is truncated: {reader.bytes} of the {shard.bytes} bytes the job's manifest records"
     elif shard.bytes is not None and reader.bytes != shard.bytes:
         problem = f"{where} has {reader.bytes} bytes, not the {shard.bytes} the job's manifest records"
-    elif shard.sha256 is not None and reader.sha256.hexdigest() != shard.sha256:
+    elif framing is not None and problem is None and framing.hexdigest() != shard.framing_sha256:
+        problem = (f"{where} does not match the record checksums in the job's manifest (a changed, "
+                   "added, dropped or reordered record)")
+    elif framing is None and shard.sha256 is not None and reader.sha256.hexdigest() != shard.sha256:
         problem = f"{where} does not match the SHA-256 in the job's manifest (a changed byte)"
     elif problem is None and count != shard.rows:
         problem = f"{where} holds {count} records, not the {shard.rows} the job's manifest records"

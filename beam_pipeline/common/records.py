@@ -6,6 +6,7 @@ them), so shards are framed here and written through Beam's FileSystems.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
@@ -70,6 +71,24 @@ def frame_record(record: bytes) -> bytes:
                      record, struct.pack("<I", _masked_crc(record))])
 
 
+def new_framing_digest() -> Any:
+    """A SHA-256 over a TFRecord file's framing alone: each record's 12-byte header, then its 4-byte data CRC.
+
+    The job's manifest records it for each shard (`framing_sha256`). A reader that checks every record's
+    CRCs and this digest has checked each record's length and content CRC against what the job wrote, in
+    order: a changed, added, dropped or reordered record, or another shard of the same size, fails it, and
+    it costs 16 bytes a record instead of hashing every byte of the file again (~100 us a 150 KiB record,
+    a quarter of the quality job's per-image time). Only a change crafted to keep every CRC32C passes
+    it, and whoever can craft that in the job's folder can rewrite the manifest's SHA-256 as well.
+    """
+    return hashlib.sha256()
+
+
+def framing_of(framed: bytes) -> tuple[bytes, bytes]:
+    """(header, data CRC) of one framed record, as `new_framing_digest` takes them."""
+    return framed[:12], framed[-4:]
+
+
 class DamagedRecords(ValueError):
     """A TFRecord file whose framing or CRCs do not hold: truncated (ends early) or corrupt."""
 
@@ -78,17 +97,19 @@ class DamagedRecords(ValueError):
         self.truncated = truncated
 
 
-def read_records(stream: Readable, verify: bool = True) -> Iterator[bytes]:
+def read_records(stream: Readable, verify: bool = True, framing: Any = None) -> Iterator[bytes]:
     """Yields the records of a TFRecord file object, reading one record at a time.
 
     With `verify` (the default) the length's and the data's masked CRC32C are checked, so a
     changed byte anywhere is caught; DamagedRecords says where (and whether the file ends early).
+    `framing` (from `new_framing_digest`), when given, is updated with each record's framing as it is read.
     """
-    for _, record in read_records_at(stream, verify=verify):
+    for _, record in read_records_at(stream, verify=verify, framing=framing):
         yield record
 
 
-def read_records_at(stream: Readable, verify: bool = True, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+def read_records_at(stream: Readable, verify: bool = True, offset: int = 0,
+                    framing: Any = None) -> Iterator[tuple[int, bytes]]:
     """Yields (byte offset of its header, record) for each record of a TFRecord file object, as `read_records`.
 
     `offset` is where the stream stands (a caller that seeked to a record's header passes its offset),
@@ -110,6 +131,9 @@ def read_records_at(stream: Readable, verify: bool = True, offset: int = 0) -> I
             raise DamagedRecords(f"truncated: the file ends inside the record at byte {offset}", True)
         if verify and struct.unpack("<I", footer)[0] != _masked_crc(record):
             raise DamagedRecords(f"corrupt: the record at byte {offset} fails its CRC", False)
+        if framing is not None:
+            framing.update(header)
+            framing.update(footer)
         yield offset, record
         offset += framed_length(length)
 

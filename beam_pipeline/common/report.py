@@ -97,7 +97,9 @@ def summarize_statuses(statuses: Sequence[Status]) -> tuple[dict[str, Any], list
         "splits": dict(sorted(per_split.items())),
         "failed_by_reason": dict(collections.Counter(f["reason"] for f in failures).most_common()),
         "shards": [{"file": s["file"], "split": s["split"], "records": s["records"],
-                    "bytes": s["bytes"], "sha256": s["sha256"]}
+                    "bytes": s["bytes"], "sha256": s["sha256"],
+                    # A shard kept from a run of an earlier version has no framing digest: read by its SHA-256.
+                    **({"framing_sha256": s["framing_sha256"]} if "framing_sha256" in s else {})}
                    for s in sorted(statuses, key=lambda s: s["file"])],
     }, failures
 

@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common.files import RAW as _RAW
 from beam_pipeline.common.files import file_digest_or_none, new_attempt_id, read_json, write_json
-from beam_pipeline.common.records import frame_record
+from beam_pipeline.common.records import frame_record, framing_of, new_framing_digest
 from tf_serving_input.layout import temp_path
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class ShardFileWriter:
         self._temp_path = temp_path(self.data_path, self._attempt)
         self._file: IO[bytes] | None = None
         self._checksum = hashlib.sha256()
+        self._framing: Any = new_framing_digest()  # Meaningful while every write is a framed record.
+        self._only_records = True
         self.records = 0
         self.bytes = 0
 
@@ -59,6 +61,10 @@ class ShardFileWriter:
 
     def write(self, data: bytes, records: int = 1) -> None:
         """Appends bytes that hold `records` records."""
+        self._only_records = False
+        self._append(data, records)
+
+    def _append(self, data: bytes, records: int) -> None:
         assert self._file is not None, "ShardFileWriter.write outside its `with` block (or after publish)"
         self._file.write(data)
         self._checksum.update(data)
@@ -67,7 +73,10 @@ class ShardFileWriter:
 
     def write_record(self, record: bytes) -> None:
         """Appends one serialized record in TFRecord framing."""
-        self.write(frame_record(record))
+        framed = frame_record(record)
+        for part in framing_of(framed):
+            self._framing.update(part)
+        self._append(framed, 1)
 
     def __exit__(self, error_type: type[BaseException] | None, error: BaseException | None,
                  traceback: TracebackType | None) -> Literal[False]:
@@ -81,11 +90,14 @@ class ShardFileWriter:
     def publish(self, status: dict[str, Any]) -> dict[str, Any]:
         """Closes the file, publishes it under its final name, then its status; returns the status.
 
-        `status` gets the shard's name, file, records, bytes and sha256 added.
+        `status` gets the shard's name, file, records, bytes and sha256 added, and `framing_sha256`
+        (`records.new_framing_digest`) when every write was a `write_record`.
         """
         self.__exit__(None, None, None)
         status = dict(status, name=self._name, file=self._layout.relative_shard_file(self._name),
                       records=self.records, bytes=self.bytes, sha256=self._checksum.hexdigest())
+        if self._only_records:
+            status["framing_sha256"] = self._framing.hexdigest()
         published = read_status(self.status_path)
         if (published and published.get("sha256") == status["sha256"]
                 and _size(self.data_path) == status["bytes"]

@@ -53,3 +53,13 @@ def test_outputs_and_summary(manifest_and_failures, tmp_path):
 def test_missing_statuses_are_named(tmp_path):
     with pytest.raises(RuntimeError, match="never completed .*: train-00000-of-00001"):
         report.read_shard_statuses(OutputLayout(str(tmp_path)), ["train-00000-of-00001"])
+
+
+def test_each_shard_in_the_manifest_carries_the_framing_digest_its_status_has():
+    """A shard kept from a run of an earlier version has none: the jobs that read it check its SHA-256."""
+    job, _ = options.parse_args(["--input_csv", "in.csv", "--output_dir", "out"])
+    statuses = [dict(status("train-00000-of-00002", "train", 2, 2), framing_sha256="cd" * 32),
+                status("train-00001-of-00002", "train", 2, 2)]
+    manifest, _ = report.build_manifest(job, statuses, ([1.0] * 3, [1.0] * 3, ["cat"]), 2.0, "FnApiRunner")
+    assert [s.get("framing_sha256") for s in manifest["shards"]] == ["cd" * 32, None]
+    assert all(s["sha256"] == "ab" * 32 for s in manifest["shards"])

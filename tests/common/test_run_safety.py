@@ -5,6 +5,7 @@ deleted after the pipeline, a full disk and a read-only folder: each is a real
 scenario, through the real command line where a user would meet it.
 """
 
+import hashlib
 import json
 import multiprocessing
 import os
@@ -94,6 +95,32 @@ def test_failed_attempt_leaves_no_temporary_file(tmp_path):
             shard.write_record(b"x")
             raise RuntimeError("worker died")
     assert os.listdir(tmp_path / "data") == []
+
+
+def framing_as_read_by_hand(data):
+    """The framing digest's definition, walked over the file's bytes: each record's header, then its data CRC."""
+    import struct
+
+    digest, offset = hashlib.sha256(), 0
+    while offset < len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        digest.update(data[offset:offset + 12] + data[offset + 12 + length:offset + 16 + length])
+        offset += 16 + length
+    return digest.hexdigest()
+
+
+def test_a_shard_of_records_publishes_its_framing_digest_and_one_of_other_bytes_does_not(tmp_path):
+    """The job's manifest carries the digest the predict and quality jobs check each record's CRC against."""
+    root = prepared_folder(tmp_path)
+    with ShardFileWriter(OutputLayout(root), NAME) as shard:
+        for record in RECORDS:
+            shard.write_record(record)
+        status = shard.publish({"rows": len(RECORDS)})
+    data = (tmp_path / status["file"]).read_bytes()
+    assert status["framing_sha256"] == framing_as_read_by_hand(data) != status["sha256"]
+    with ShardFileWriter(OutputLayout(root), "other") as shard:  # A Parquet file, say: no record framing.
+        shard.write(b"PAR1 ... PAR1", records=3)
+        assert "framing_sha256" not in shard.publish({"rows": 3})
 
 
 def test_a_shard_lost_after_the_pipeline_fails_the_run_naming_it(tmp_path, monkeypatch, capsys):

@@ -176,7 +176,7 @@ def test_a_flipped_or_cut_job_shard_is_not_predicted_and_a_rerun_completes(world
     assert (manifest["predicted"], manifest["failed"]) == (ROWS - damaged, damaged)
     details = {error["source"]: error["detail"] for error in outputs.errors(tmp_path / "pred")}
     assert {error["reason"] for error in outputs.errors(tmp_path / "pred")} == {"input_shard_damaged"}
-    assert "does not match the SHA-256" in details[shards[0]["file"]]
+    assert "fails its CRC" in details[shards[0]["file"]]
     assert "is truncated" in details[shards[1]["file"]]
 
     for path, data in originals.items():

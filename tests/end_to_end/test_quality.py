@@ -340,6 +340,35 @@ def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_pa
     assert again.returncode == 1 and again.stderr == done.stderr
 
 
+def test_a_record_edited_with_its_crcs_recomputed_is_not_measured(job, tmp_path):
+    """A tool that rewrites a record (its CRCs made to match, the shard's size and count the same) changes
+    the record's data CRC: the framing digest the job's manifest records for the shard tells."""
+    import shutil
+
+    from beam_pipeline.common.records import frame_record, read_records
+
+    _, _, _, out = job
+    edited = tmp_path / "edited_job"
+    shutil.copytree(out, edited)
+    manifest = json.loads((edited / "manifest.json").read_text())
+    assert all(len(s["framing_sha256"]) == 64 for s in manifest["shards"])  # Every shard of this version's job.
+    shard = next(s for s in manifest["shards"] if s["records"] > 0)
+    path = edited / shard["file"]
+    with open(path, "rb") as f:
+        records = [bytearray(record) for record in read_records(f)]
+    records[0][len(records[0]) // 2] ^= 0x40
+    size = path.stat().st_size
+    path.write_bytes(b"".join(frame_record(bytes(record)) for record in records))
+    assert path.stat().st_size == size
+    quality_out = tmp_path / "quality"
+    done = quality("--input_dir", edited, "--output_dir", quality_out, "--max_error_rate", "1")
+    assert done.returncode == 0, done.stderr
+    errors = [json.loads(line) for line in (quality_out / "errors.jsonl").read_text().splitlines()]
+    assert len(errors) == shard["records"]
+    assert all(shard["file"] in e["detail"] and "does not match the record checksums" in e["detail"]
+               for e in errors)
+
+
 def test_a_csv_changed_since_the_job_read_it_is_refused_before_any_work(job, tmp_path):
     """clean_split.csv rewrites the job's CSV row by row: a row added or removed since would shift every
     later row's key, and the clean split would silently drop measured rows or keep unmeasured ones."""
