@@ -18,6 +18,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common.records import DamagedRecords, Readable, new_framing_digest, read_records
+from beam_pipeline.common.shard_file import read_status
 from tf_serving_input import failures
 from tf_serving_input.layout import shard_stem
 
@@ -37,6 +38,7 @@ class RecordShard:
     bytes: int | None = None
     sha256: str | None = None
     framing_sha256: str | None = None  # `records.new_framing_digest`; absent from an earlier version's manifest.
+    status_path: str = ""  # The job's sealed status of the shard, to agree with the manifest (`_framing_to_check`).
 
 
 def job_input_sha256(job_manifest: dict[str, Any]) -> str:
@@ -55,8 +57,29 @@ def record_shards(job_layout: OutputLayout, job_manifest: dict[str, Any]) -> lis
     return [RecordShard(name=shard_stem(shard["file"]), split=shard["split"],
                         path=job_layout.path(shard["file"]), rows=shard["records"], file=shard["file"],
                         bytes=shard.get("bytes"), sha256=shard.get("sha256"),
-                        framing_sha256=shard.get("framing_sha256"))
+                        framing_sha256=shard.get("framing_sha256"),
+                        status_path=job_layout.status_file(shard_stem(shard["file"])))
             for shard in job_manifest["shards"]]
+
+
+def _framing_to_check(shard: RecordShard) -> str | None:
+    """The shard's framing digest to check, or None: check the file's SHA-256 against the manifest instead.
+
+    The manifest's SHA-256 is what names the job output (`job_input_sha256`) but is not what a reader
+    checks when it has the framing digest, so the two are tied: the shard's status file (sealed with a
+    checksum of its own content, written with the shard) must record the same records, bytes, SHA-256
+    and framing digest as the manifest. A status that is missing (a folder copied without `shards/`),
+    damaged, or that disagrees (a manifest edited or damaged since) falls back to the SHA-256 of every
+    byte. Read here, in the worker, not by the launcher: a million images' thousand status files on an
+    object store would take it a minute one by one.
+    """
+    if not isinstance(shard.framing_sha256, str) or not shard.status_path:
+        return None
+    status = read_status(shard.status_path)
+    recorded = {"file": shard.file, "records": shard.rows, "bytes": shard.bytes, "sha256": shard.sha256,
+                "framing_sha256": shard.framing_sha256}
+    same = status is not None and all(status.get(key) == value for key, value in recorded.items())
+    return shard.framing_sha256 if same else None
 
 
 class _CountingReader:
@@ -118,7 +141,8 @@ def _verify(shard: RecordShard, size: int = 1,
     try:
         with FileSystems.open(shard.path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             # Either digest covers every byte; the framing one with 16 bytes a record to hash, not the file.
-            framing = new_framing_digest() if shard.framing_sha256 is not None else None
+            expected_framing = _framing_to_check(shard)
+            framing = new_framing_digest() if expected_framing is not None else None
             reader = _CountingReader(f, sha256=hashlib.sha256() if framing is None else None)
             count = 0
             batch: list[bytes] = []
@@ -138,12 +162,13 @@ def _verify(shard: RecordShard, size: int = 1,
             while reader.read(1 << 20):
                 pass  # The rest of the file still counts for its size and checksum.
     except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
-        return failures.RowFailure(failures.INPUT_SHARD_DAMAGED, f"{where} cannot be read: {error}")
+        why = str(error) or type(error).__name__  # A MemoryError (a forged length of 2^40) says nothing.
+        return failures.RowFailure(failures.INPUT_SHARD_DAMAGED, f"{where} cannot be read: {why}")
     if shard.bytes is not None and reader.bytes < shard.bytes:
         problem = f"{where} is truncated: {reader.bytes} of the {shard.bytes} bytes the job's manifest records"
     elif shard.bytes is not None and reader.bytes != shard.bytes:
         problem = f"{where} has {reader.bytes} bytes, not the {shard.bytes} the job's manifest records"
-    elif framing is not None and problem is None and framing.hexdigest() != shard.framing_sha256:
+    elif framing is not None and problem is None and framing.hexdigest() != expected_framing:
         problem = (f"{where} does not match the record checksums in the job's manifest (a changed, "
                    "added, dropped or reordered record)")
     elif framing is None and shard.sha256 is not None and reader.sha256.hexdigest() != shard.sha256:

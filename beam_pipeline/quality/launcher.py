@@ -93,11 +93,14 @@ class QualityLauncher(Launcher[QualityLayout]):
 
         from beam_pipeline.common.files import read_json
         from beam_pipeline.quality.findings import format_summary
+        from tf_serving_input.failures import INPUT_SHARD_DAMAGED
 
         layout = self.layout
         finished = [layout.path(name) for name in (*layout.reports(), layout.MANIFEST_FILE)]
         if (not self.config.overwrite and all(FileSystems.exists(path) for path in finished)
-                and read_json(layout.run_file) == self.fingerprint()):
+                and read_json(layout.run_file) == self.fingerprint()
+                # A run that found job shards damaged checks them again (repaired since, or failing again).
+                and not layout.load_manifest().get("failed_by_reason", {}).get(INPUT_SHARD_DAMAGED)):
             manifest = layout.load_manifest()
             damaged = damaged_outputs(layout, manifest)
             if damaged:

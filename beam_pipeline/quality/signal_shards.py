@@ -2,7 +2,8 @@
 
     signals/{job shard stem}.parquet  (SCHEMA; one row per record, in the shard's order) + shards/{stem}.json
 
-The shard is verified as it is read, in one pass (size, SHA-256, record CRCs against the job's manifest):
+The shard is verified as it is read, in one pass (record CRCs, size, count and framing digest against the
+job's manifest: `common/job_shards.py`):
 a damaged one gets no signals, and each of its rows is listed in errors.jsonl. A shard an earlier run finished is kept
 (unless its file lacks a column of SCHEMA, written by an earlier version: it is measured again).
 """
@@ -135,6 +136,14 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
         return pq.read_table(io.BytesIO(f.read()), columns=columns)
 
 
+def input_was_damaged(status: dict[str, Any]) -> bool:
+    """Whether a finished signals shard found its job shard damaged: a rerun checks that shard again (it may be
+    repaired since, by the preprocessing job's same command, as the failure's detail says to do)."""
+    from tf_serving_input import failures
+
+    return any(row.get("reason") == failures.INPUT_SHARD_DAMAGED for row in status.get("failed", ()))
+
+
 class ComputeShardSignals(beam.DoFn):
     """RecordShard -> its signals file and status (published together); the status dict."""
 
@@ -152,7 +161,8 @@ class ComputeShardSignals(beam.DoFn):
 
         started = time.time()
         finished = read_verified(self._layout, shard.name, shard.rows)
-        if finished and pq.read_schema(io.BytesIO(finished[1])).names == SCHEMA.names:
+        if (finished and pq.read_schema(io.BytesIO(finished[1])).names == SCHEMA.names
+                and not input_was_damaged(finished[0])):
             yield finished[0]
             return  # (A file of an earlier version, without a column of SCHEMA, is measured again.)
         failed: list[dict[str, Any]] = []

@@ -333,11 +333,22 @@ def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_pa
     summary = json.loads((quality_out / "summary.json").read_text())
     assert summary["images"] == 11 - shard["records"] and summary["rows_failed"] == shard["records"]
     assert f"({shard['records']} rows of the job not measured: no stored image, or a damaged shard" in done.stdout
-    # The same command again is a no-op, and says so, but still fails: a retrying script must not read the
-    # finished-but-over-budget run as a success (it exited 0 with "Nothing to do").
+    # The same command again checks the damaged shard again (and only it) and still fails: a retrying
+    # script must not read the over-budget run as a success (a no-op once exited 0 with "Nothing to do").
+    kept = {path: path.stat().st_mtime_ns for path in (quality_out / "signals").glob("*.parquet")
+            if path.stem != os.path.basename(shard["file"]).split(".")[0]}
     again = quality("--input_dir", damaged, "--output_dir", quality_out)
-    assert "Nothing to do" in again.stdout
+    assert "Nothing to do" not in again.stdout
     assert again.returncode == 1 and again.stderr == done.stderr
+    assert {path: path.stat().st_mtime_ns for path in kept} == kept
+    # Repaired (as the rerun of the preprocessing job does), the same command measures it: no --overwrite
+    # needed (a no-op kept the stale failure and exited 1).
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    repaired = quality("--input_dir", damaged, "--output_dir", quality_out)
+    assert repaired.returncode == 0, repaired.stderr
+    assert json.loads((quality_out / "summary.json").read_text())["images"] == 11
+    assert (quality_out / "errors.jsonl").read_text() == ""
 
 
 def test_a_record_edited_with_its_crcs_recomputed_is_not_measured(job, tmp_path):
