@@ -97,11 +97,11 @@ class QualityLauncher(Launcher[QualityLayout]):
 
         layout = self.layout
         finished = [layout.path(name) for name in (*layout.reports(), layout.MANIFEST_FILE)]
-        if (not self.config.overwrite and all(FileSystems.exists(path) for path in finished)
-                and read_json(layout.run_file) == self.fingerprint()
-                # A run that found job shards damaged checks them again (repaired since, or failing again).
-                and not layout.load_manifest().get("failed_by_reason", {}).get(INPUT_SHARD_DAMAGED)):
-            manifest = layout.load_manifest()
+        manifest = (layout.load_manifest() if not self.config.overwrite
+                    and all(FileSystems.exists(path) for path in finished)
+                    and read_json(layout.run_file) == self.fingerprint() else None)
+        # A run that found job shards damaged checks them again (repaired since, or failing again).
+        if manifest is not None and not manifest.get("failed_by_reason", {}).get(INPUT_SHARD_DAMAGED):
             damaged = damaged_outputs(layout, manifest)
             if damaged:
                 print(f"note: {damaged[0]} does not match the SHA-256 the manifest recorded"

@@ -27,7 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.common.job_shards import RecordShard, verified_batches
 from beam_pipeline.common.records import framed_length
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
-from tf_serving_input import features
+from tf_serving_input import failures, features
 from tf_serving_input.layout import QualityLayout
 
 # Records decoded and measured per TensorFlow call. Small enough that a batch's pixels (16 x 150 KiB at 224 px,
@@ -139,8 +139,6 @@ def read_table(path: str, columns: list[str] | None = None) -> pa.Table:
 def input_was_damaged(status: dict[str, Any]) -> bool:
     """Whether a finished signals shard found its job shard damaged: a rerun checks that shard again (it may be
     repaired since, by the preprocessing job's same command, as the failure's detail says to do)."""
-    from tf_serving_input import failures
-
     return any(row.get("reason") == failures.INPUT_SHARD_DAMAGED for row in status.get("failed", ()))
 
 
