@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 import imaging
+import in_process
 import outputs
 from tf_serving_input import features
 
@@ -24,6 +25,7 @@ BAD = {  # file -> (reason code, words its detail must hold)
 
 
 def run_cli(*args, module="beam_pipeline"):
+    """The command line in a process of its own, on the default runner."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
                           env=env, timeout=600)
@@ -130,7 +132,7 @@ def test_transform_output_loads_and_holds_the_statistics(finished_run):
 def test_inspect_prints_statistics_and_renders_a_contact_sheet(finished_run, tmp_path):
     _, out, _ = finished_run
     sheet = tmp_path / "sheet.png"
-    result = run_cli(str(out), "--contact_sheet", str(sheet), module="beam_pipeline.inspect")
+    result = in_process.run_module("beam_pipeline.inspect", out, "--contact_sheet", sheet)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "pixel mean" in result.stdout and "labels (3)" in result.stdout
     image = tf.io.decode_png(sheet.read_bytes()).numpy()
@@ -140,7 +142,8 @@ def test_inspect_prints_statistics_and_renders_a_contact_sheet(finished_run, tmp
 def test_other_configuration_into_the_same_folder_is_refused_untouched(finished_run):
     result, out, _ = finished_run
     before = sorted((p.name, p.stat().st_mtime_ns) for p in out.rglob("*"))
-    again = run_cli("--input_csv", str(out.parent / "images.csv"), "--output_dir", str(out), "--image_size", "16")
+    again = in_process.run_module("beam_pipeline", "--input_csv", out.parent / "images.csv", "--output_dir", out,
+                                  "--image_size", "16")
     assert again.returncode == 2
     assert "different input or configuration" in again.stderr and "--overwrite" in again.stderr
     assert sorted((p.name, p.stat().st_mtime_ns) for p in out.rglob("*")) == before
@@ -150,8 +153,8 @@ def test_too_many_failures_exit_non_zero_after_writing_everything(tmp_path):
     (tmp_path / "ok.png").write_bytes(imaging.encode(imaging.quadrants(), "PNG"))
     imaging.write_csv(tmp_path / "in.csv", ["path"], [["ok.png"], ["gone.png"]])
     out = tmp_path / "out"
-    result = run_cli("--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(out),
-                     "--image_size", "16", "--no_progress")
+    result = in_process.run_module("beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir", out,
+                                   "--image_size", "16", "--no_progress")
     assert result.returncode == 1
     assert "1 of 2 rows failed" in result.stderr and "file_not_found: 1" in result.stderr
     manifest = outputs.manifest(out)
@@ -166,7 +169,8 @@ def test_too_many_failures_exit_non_zero_after_writing_everything(tmp_path):
 ])
 def test_unusable_csv_is_refused_before_any_work(tmp_path, content, message):
     (tmp_path / "in.csv").write_text(content)
-    result = run_cli("--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(tmp_path / "out"))
+    result = in_process.run_module("beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir",
+                                   tmp_path / "out")
     assert result.returncode == 2 and message in result.stderr
     assert not (tmp_path / "out").exists()
 

@@ -17,6 +17,7 @@ import numpy as np
 import psycopg
 import pytest
 
+import in_process
 import outputs
 import postgres_servers
 import scaleout
@@ -29,8 +30,10 @@ from tf_serving_input import export_serving_model, make_dataset
 SIZE = 32
 
 
-run = scaleout.run_module
-predict = scaleout.predict
+# In this process (tests/in_process.py), but for the `predicted` fixture (the default runner's worker processes,
+# which the single-worker run is compared against) and the kills.
+run = in_process.run_module
+predict = in_process.predict
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +66,8 @@ def pg(tmp_path_factory):
 @pytest.fixture(scope="module")
 def predicted(sample_job, model_and_export, pg, tmp_path_factory):
     out = tmp_path_factory.mktemp("predicted") / "pred"
-    result = predict("--model_dir", model_and_export[1], "--input_dir", sample_job, "--output_dir", out,
-                     "--database", pg, "--table", "sample", "--batch_size", 32)
+    result = scaleout.predict("--model_dir", model_and_export[1], "--input_dir", sample_job, "--output_dir", out,
+                              "--database", pg, "--table", "sample", "--batch_size", 32)
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result
 
@@ -134,7 +137,7 @@ def test_parquet_does_not_depend_on_the_worker_count(sample_job, model_and_expor
     single = tmp_path / "single"
     result = predict("--model_dir", model_and_export[1], "--input_dir", sample_job, "--output_dir", single,
                      "--database", "none", "--batch_size", 32, "--direct_num_workers", 1,
-                     "--direct_running_mode", "in_memory")
+                     "--direct_running_mode", "in_memory")  # `predicted` ran worker processes.
     assert result.returncode == 0, result.stderr[-3000:]
     assert outputs.prediction_bytes(single) == outputs.prediction_bytes(out)
 

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 import imaging
+import in_process
 import outputs
 import postgres_servers
 import scaleout
@@ -32,8 +33,10 @@ SIZE = 16
 ROWS = 10  # Per dataset, all readable.
 
 
-run = scaleout.run_module
-predict = scaleout.predict
+# In this process (tests/in_process.py): what the command decides and says. The kills, the concurrent runs, a
+# FIFO that must not block, and a failure inside Beam's worker processes keep real processes.
+run = in_process.run_module
+predict = in_process.predict
 
 
 def make_dataset(folder, seed):
@@ -285,7 +288,7 @@ def test_a_password_appears_nowhere_across_a_killed_run_and_its_rerun(world, pg,
     lock = (out / ".lock").read_text()
     os.killpg(process.pid, signal.SIGKILL)
     killed_out, killed_err = process.communicate()
-    rerun = subprocess.run(command, capture_output=True, text=True)
+    rerun = predict(*command[3:])  # The same command, in this process: it takes over the killed run's lock.
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "postgres:***@" in lock and "taking over the lock" in rerun.stdout
     written = [lock, killed_out, killed_err, rerun.stdout, rerun.stderr]
@@ -301,7 +304,7 @@ def test_a_password_appears_nowhere_across_a_killed_run_and_its_rerun(world, pg,
         while time.time() < deadline and not (out / ".lock").exists() and holder.poll() is None:
             time.sleep(0.01)
         os.killpg(holder.pid, signal.SIGSTOP)  # Frozen while holding the lock: no race with its end.
-        refused = subprocess.run(command, capture_output=True, text=True)
+        refused = predict(*command[3:])
         assert refused.returncode == 2 and "in use by another run" in refused.stderr
         assert secret not in refused.stdout + refused.stderr + (out / ".lock").read_text()
     finally:
@@ -331,7 +334,8 @@ def test_two_concurrent_predict_runs_share_one_embedded_server(world, tmp_path):
     data_dir = tmp_path / "pgdata"
     commands = [[sys.executable, "-m", "beam_pipeline.predict", "--model_dir", str(exports["main"]), "--input_dir",
                  str(jobs[name]), "--output_dir", str(tmp_path / f"pred_{name}"), "--database", "embedded",
-                 "--database_dir", str(data_dir), "--table", f"shared_{name}"] for name in ("a", "b")]
+                 "--database_dir", str(data_dir), "--table", f"shared_{name}", *in_process.IN_MEMORY]
+                for name in ("a", "b")]  # Two processes; each runs its pipeline in memory (the workers are not tested).
     processes = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
     results = [(p.wait(timeout=600), p.stderr.read()) for p in processes]
     server = EmbeddedServer(str(data_dir))
@@ -382,8 +386,9 @@ def test_every_bad_search_input_is_one_line_and_a_non_zero_exit(world, pg, tmp_p
 def test_a_fifo_as_query_image_and_bad_database_flags_answer_at_once(world, tmp_path):
     _, jobs, exports = world
     os.mkfifo(tmp_path / "pipe.jpg")
-    fifo = run("beam_pipeline.search", "--image", tmp_path / "pipe.jpg", "--model_dir", exports["main"],
-               "--database", "postgresql://u@/x?host=/nowhere", timeout=120)
+    # A real process: were the FIFO opened, this would block (and time out) instead of answering at once.
+    fifo = scaleout.run_module("beam_pipeline.search", "--image", tmp_path / "pipe.jpg", "--model_dir",
+                               exports["main"], "--database", "postgresql://u@/x?host=/nowhere", timeout=120)
     assert fifo.returncode == 1 and "a FIFO, not a regular file" in one_line(fifo.stderr)
     for value, why in (("postgresql://u:pw-9z@[bad/x", "not a valid postgresql:// URL"),
                        ("host=db user=u password=pw-9z", "must be 'embedded', 'none' or a postgresql:// URL")):
@@ -401,8 +406,8 @@ def test_a_failure_inside_the_workers_is_one_line_and_its_traceback_goes_to_the_
     shutil.copytree(exports["main"], broken)
     for path in (broken / "variables").glob("variables.data-*"):
         path.write_bytes(b"\x00" * 16)  # The workers cannot restore the weights.
-    result = predict("--model_dir", broken, "--input_dir", jobs["a"], "--output_dir", tmp_path / "p",
-                     "--database", "none")
+    result = scaleout.predict("--model_dir", broken, "--input_dir", jobs["a"], "--output_dir", tmp_path / "p",
+                              "--database", "none")
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert "while predicting into" in line and "traceback: " in line

@@ -22,16 +22,23 @@ import pytest
 from PIL import Image
 
 import imaging
+import in_process
 from conftest import SAMPLE_DIR
 
 HOSTILE_NAME = 'it\'s "quoted" <b>&amp; ünï\ncode.png'
 HOSTILE_LABEL = 'la"bel <script>alert(1)</script> ünï'
 
 
-def quality(*args, timeout=600):
+def quality_process(*args, timeout=600):
+    """The quality command in a process of its own, on the default runner (worker processes)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run([sys.executable, "-m", "beam_pipeline", "quality", *map(str, args)], capture_output=True,
                           text=True, env=env, timeout=timeout)
+
+
+def quality(*args, timeout=600):
+    """The quality command in this process (tests/in_process.py): what it decides, writes and says."""
+    return in_process.run_module("beam_pipeline", "quality", *args)
 
 
 def tile(label, left, top, side=150):
@@ -72,10 +79,8 @@ def job(tmp_path_factory):
     folder = tmp_path_factory.mktemp("quality_job")
     csv_path, rows = planted_dataset(folder)
     out = folder / "job"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, "-m", "beam_pipeline", "preprocess", "--input_csv", str(csv_path),
-                           "--output_dir", str(out), "--image_size", "64", "--no_progress"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    done = in_process.run_module("beam_pipeline", "preprocess", "--input_csv", csv_path, "--output_dir", out,
+                                 "--image_size", "64", "--no_progress")
     assert done.returncode == 0, done.stderr
     return folder, csv_path, rows, out
 
@@ -84,7 +89,7 @@ def job(tmp_path_factory):
 def finished(job):
     folder, csv_path, rows, out = job
     quality_out = folder / "quality"
-    done = quality("--input_dir", out, "--output_dir", quality_out)
+    done = quality_process("--input_dir", out, "--output_dir", quality_out)  # The command as a user runs it.
     assert done.returncode == 0, done.stderr
     return folder, csv_path, rows, out, quality_out, done
 
@@ -147,10 +152,9 @@ def test_the_clean_split_has_every_row_once_and_no_group_across_splits(finished,
     assert split_of["images/flat2.png"] == "train"
     assert split_of["images/d.png"] == "validation"
     # And the job runs on it where it lies, finding every image.
-    rerun = subprocess.run([sys.executable, "-m", "beam_pipeline", "preprocess", "--input_csv",
-                            str(quality_out / "clean_split.csv"), "--output_dir", str(tmp_path / "clean_job"),
-                            "--image_size", "32", "--no_progress", "--max_error_rate", "1"],
-                           capture_output=True, text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    rerun = in_process.run_module("beam_pipeline", "preprocess", "--input_csv", quality_out / "clean_split.csv",
+                                  "--output_dir", tmp_path / "clean_job", "--image_size", "32", "--no_progress",
+                                  "--max_error_rate", "1")
     manifest = json.loads((tmp_path / "clean_job" / "manifest.json").read_text())
     job_manifest = json.loads((finished[3] / "manifest.json").read_text())
     assert rerun.returncode == 0 and manifest["written"] == job_manifest["written"], rerun.stderr[-2000:]
@@ -280,9 +284,7 @@ def test_predictions_add_embedding_pairs_and_label_errors(job, tmp_path):
     _, _, _, out = job
     export = scaleout.export_small_model(out, tmp_path / "export", size=64)
     assert export
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    predicted = subprocess.run(scaleout.predict_command(tmp_path / "export", out, tmp_path / "predictions"),
-                               capture_output=True, text=True, env=env, timeout=600)
+    predicted = in_process.predict(*scaleout.predict_command(tmp_path / "export", out, tmp_path / "predictions")[3:])
     assert predicted.returncode == 0, predicted.stderr
     quality_out = tmp_path / "quality"
     done = quality("--input_dir", out, "--output_dir", quality_out, "--predictions_dir", tmp_path / "predictions")

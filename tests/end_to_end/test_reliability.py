@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import imaging
+import in_process
 import outputs
 from tf_serving_input.layout import OutputLayout
 
@@ -20,11 +21,15 @@ def job_command(csv_path, out, *extra):
 
 
 def run_job(csv_path, out, *extra):
+    """The job's command line in a process of its own, on the default runner (worker processes)."""
     result = subprocess.run(job_command(csv_path, out, *extra), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
+def run_job_here(csv_path, out, *extra):
+    """The same command in this process, in memory with one worker (tests/in_process.py)."""
+    return in_process.run_module("beam_pipeline", *job_command(csv_path, out, *extra)[3:])
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,8 @@ def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_p
     assert not (out / OutputLayout.MANIFEST_FILE).exists()
     outputs.assert_every_shard_reads_to_its_end(out)  # Nothing under a final name is partial.
 
-    resumed = run_job(big_dataset, out, "--num_shards", "12")
+    resumed = run_job_here(big_dataset, out, "--num_shards", "12")  # Resumed in memory: the same bytes.
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming:" in resumed.stdout
     assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)
     first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
@@ -79,8 +85,8 @@ def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_p
 
 def test_output_is_deterministic_whatever_the_worker_count(big_dataset, uninterrupted, tmp_path):
     out = tmp_path / "out"
-    run_job(big_dataset, out, "--num_shards", "12", "--direct_num_workers", "1",
-            "--direct_running_mode", "in_memory")
+    assert run_job_here(big_dataset, out, "--num_shards", "12", "--direct_num_workers", "1",
+                        "--direct_running_mode", "in_memory").returncode == 0
     assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)  # Byte-identical shard files.
     assert outputs.keys_by_shard(out) == outputs.keys_by_shard(uninterrupted)
     first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
@@ -91,9 +97,8 @@ def test_output_is_deterministic_whatever_the_worker_count(big_dataset, uninterr
 def test_overwrite_replaces_output_of_another_configuration(big_dataset, tmp_path):
     out = tmp_path / "out"
     (tmp_path / "small.csv").write_text("path\n" + str(big_dataset.parent / "photo 2.jpg") + "\n")
-    run_job(tmp_path / "small.csv", out)
-    refused = subprocess.run(job_command(tmp_path / "small.csv", out, "--image_size", "16"),
-                             capture_output=True, text=True, timeout=600)
+    assert run_job_here(tmp_path / "small.csv", out).returncode == 0
+    refused = run_job_here(tmp_path / "small.csv", out, "--image_size", "16")
     assert refused.returncode == 2 and "different input or configuration" in refused.stderr
-    run_job(tmp_path / "small.csv", out, "--image_size", "16", "--overwrite")
+    assert run_job_here(tmp_path / "small.csv", out, "--image_size", "16", "--overwrite").returncode == 0
     assert outputs.manifest(out)["config"]["preprocess"]["image_size"] == 16

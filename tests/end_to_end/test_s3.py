@@ -13,6 +13,7 @@ import boto3
 import pytest
 
 import imaging
+import in_process
 import outputs
 import scaleout
 
@@ -82,7 +83,9 @@ def test_csv_on_s3_with_paths_relative_to_it(s3_endpoint, s3, uploaded, tmp_path
     imaging.write_csv(tmp_path / "relative.csv", ["path", "label", "split"], uploaded)
     s3.put_object(Bucket=BUCKET, Key="photos/relative.csv", Body=(tmp_path / "relative.csv").read_bytes())
     out = tmp_path / "out"
-    result = scaleout.run_job(f"s3://{BUCKET}/photos/relative.csv", out, *s3_flags(s3_endpoint))
+    # In this process (tests/in_process.py); the test above runs the job's worker processes against S3.
+    result = in_process.run_module("beam_pipeline", *scaleout.job_command(f"s3://{BUCKET}/photos/relative.csv", out,
+                                                                          *s3_flags(s3_endpoint))[3:])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     check_output(out, [row[0] for row in uploaded])
 
@@ -95,7 +98,8 @@ def test_output_tensorflow_cannot_write_is_refused_up_front(s3_endpoint, s3, upl
     out = target if flag == "--output_dir" else tmp_path / "out"
     extra = [] if flag == "--output_dir" else [f"--temp_location={target}"]
     before = s3.list_objects_v2(Bucket=BUCKET).get("KeyCount")
-    result = scaleout.run_job(tmp_path / "s3.csv", out, *s3_flags(s3_endpoint), *extra)
+    result = in_process.run_module("beam_pipeline", *scaleout.job_command(tmp_path / "s3.csv", out,
+                                                                          *s3_flags(s3_endpoint), *extra)[3:])
     assert result.returncode == 2, result.stderr[-3000:]
     assert f"error: {flag} {target}: tensorflow-transform" in result.stderr
     assert "cannot write s3://" in result.stderr and "gs://" in result.stderr
