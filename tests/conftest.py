@@ -15,12 +15,29 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLE_DIR = os.path.join(REPO_ROOT, "sample_data")
 
 
-@pytest.hookimpl(tryfirst=True)  # Before `-m "not slow"` deselects by marker.
+# Session fixtures too costly to build twice: the modules that use one run on one pytest-xdist worker.
+SHARED_GROUPS = {"ui_inputs": "ui_run", "ui_server": "ui_run"}
+
+
+@pytest.hookimpl(tryfirst=True)  # Before `-m "not slow"` deselects by marker, and before xdist reads groups.
 def pytest_collection_modifyitems(config, items):
-    """Marks every test under SLOW_FOLDERS slow."""
+    """Marks every test under SLOW_FOLDERS slow, and groups tests for pytest-xdist (`--dist loadgroup`).
+
+    A module's tests stay on one worker (its module fixtures are built once), and the modules that share
+    one of SHARED_GROUPS' session fixtures stay together; the groups are spread over the workers.
+    """
+    group_of_module = {}
     for item in items:
         if pathlib.Path(str(item.path)).resolve().relative_to(TESTS_DIR).parts[0] in SLOW_FOLDERS:
             item.add_marker(pytest.mark.slow)
+        module = item.nodeid.split("::")[0]
+        for fixture in getattr(item, "fixturenames", ()):
+            if fixture in SHARED_GROUPS:
+                group_of_module[module] = SHARED_GROUPS[fixture]
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            module = item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group_of_module.get(module, module)))
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +77,55 @@ def tiny_job(tmp_path_factory):
                      "--direct_running_mode", "in_memory"])
     assert code == 0
     return str(out), folder, rows
+
+
+# ---------------------------------------------------------------------------------------------- shared runs
+# Built once a test session and read by many tests (the list and the rules: ARCHITECTURE.md, "Tests").
+# Read-only for the tests that share them: a test that must change or break something copies the part it
+# needs (shutil.copytree) or makes its own small run.
+
+
+@pytest.fixture(scope="session")
+def pg_url(tmp_path_factory):
+    """The URL of one embedded PostgreSQL + pgvector server for the session, stopped (by its PID) at the end.
+
+    Tests that share it use tables of their own names.
+    """
+    import postgres_servers
+
+    with postgres_servers.embedded(str(tmp_path_factory.mktemp("pg_session"))) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def ui_inputs(tmp_path_factory, pg_url):
+    """The UI's run (tests/ui_run.py): job, export, predictions loaded into `pg_url` (table ui_sample), quality."""
+    import ui_run
+
+    folder = tmp_path_factory.mktemp("ui_run")
+    run = ui_run.build_run(folder, pg_url)
+    run["quality"], run["quality_keys"] = ui_run.write_quality_folder(folder / "quality", run["job"])
+    return run
+
+
+UI_UPLOAD_TIMEOUT = 8  # Seconds the shared UI waits for an upload's body (the default is 60).
+
+
+@pytest.fixture(scope="session")
+def ui_server(ui_inputs, tmp_path_factory):
+    """(base URL, log path) of the UI's real server process over `ui_inputs`, every part lit.
+
+    Its log must hold no traceback when the session ends.
+    """
+    import ui_run
+
+    log = tmp_path_factory.mktemp("ui_log") / "ui.log"
+    process, url = ui_run.start_ui("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
+                                   "--model_dir", ui_inputs["export"], "--database", ui_inputs["database"],
+                                   "--quality_dir", ui_inputs["quality"], "--max_file_bytes", 1_000_000,
+                                   "--upload_timeout", UI_UPLOAD_TIMEOUT, log_path=log)
+    try:
+        yield url, log
+    finally:
+        ui_run.stop_ui(process)
+    assert "Traceback" not in log.read_text()

@@ -2,8 +2,9 @@
 
 - `build_run(folder, database_url)`: 16 sample photos (4 per class; one photo listed twice, in train and in
   validation: a duplicate that leaks across splits; another listed again under another label: a label
-  conflict) plus a missing file and a text file (two failures), through the job (32 px, in this process), a
-  small exported classifier, and the predict command line into the server.
+  conflict) plus a missing file and a text file (two failures), through the job (32 px), a small exported
+  classifier, and the predict command line into the server, all in this process. tests/conftest.py builds it
+  once a session (`ui_inputs`) and starts one UI over it (`ui_server`).
 - `write_quality_folder(folder, job_dir)`: the real quality job's output over that job output, and what it
   found, read back from its Parquet independently of the UI.
 - `start_ui(*flags, log_path)`: the UI's command line on a free port, as a server process; `stop_ui`.
@@ -14,6 +15,7 @@ import os
 import sys
 
 import imaging
+import in_process
 import scaleout
 
 # Not imported from the root conftest: a test helper imports no conftest (tests/ui once had one of its own).
@@ -52,8 +54,8 @@ def build_run(folder, database_url):
     assert manifest["written"] == len(photos) + 2 and manifest["failed"] == 2, manifest
     export_dir = scaleout.export_small_model(job_dir, folder / "export", size=SIZE)
     predictions = folder / "predictions"
-    result = scaleout.predict("--model_dir", export_dir, "--input_dir", job_dir, "--output_dir", predictions,
-                              "--database", database_url, "--table", TABLE, "--batch_size", 8, "--no_progress")
+    result = in_process.predict("--model_dir", export_dir, "--input_dir", job_dir, "--output_dir", predictions,
+                                "--database", database_url, "--table", TABLE, "--batch_size", 8, "--no_progress")
     assert result.returncode == 0, result.stderr[-3000:]
     return {"job": str(job_dir), "export": str(export_dir), "predictions": str(predictions),
             "database": database_url, "photos": [path for path, _ in photos]}

@@ -1,37 +1,25 @@
 """The UI in a real browser: the OS's headless Chromium driven by Playwright's Python package.
 
 The server is the real command line over a real run (job, export, predict into the embedded
-PostgreSQL, a quality folder); the browser loads the overview, opens the gallery and an image page,
-uploads a photo and sees its neighbours, and opens the quality page. Screenshots go to the test's
-temporary folder. Chromium comes from the OS (`apt-get install chromium`: scripts/test.sh installs it
-when missing); Playwright's own browser download is not used.
+PostgreSQL, a quality folder), the session's `ui_server` that tests/ui/test_http.py also uses; the
+browser loads the overview, opens the gallery and an image page, uploads a photo and sees its
+neighbours, and opens the quality page. Screenshots go to the test's temporary folder. Chromium comes
+from the OS (`apt-get install chromium`: scripts/test.sh installs it when missing); Playwright's own
+browser download is not used.
 """
 
 import shutil
 
 import pytest
 
-import postgres_servers
-import ui_run
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
-def ui(tmp_path_factory):
-    """(base URL, the run's folders) of the UI with every part lit, and the embedded server under it."""
-    folder = tmp_path_factory.mktemp("ui_browser_run")
-    with postgres_servers.embedded(str(tmp_path_factory.mktemp("ui_browser_pg"))) as url:
-        run = ui_run.build_run(folder, url)
-        quality, run["quality_keys"] = ui_run.write_quality_folder(folder / "quality", run["job"])
-        process, base = ui_run.start_ui("--input_dir", run["job"], "--predictions_dir", run["predictions"],
-                                        "--model_dir", run["export"], "--database", url, "--quality_dir", quality,
-                                        log_path=folder / "ui.log")
-        try:
-            yield base, run
-        finally:
-            ui_run.stop_ui(process)
-        assert "Traceback" not in (folder / "ui.log").read_text()
+def ui(ui_server, ui_inputs):
+    """(base URL, the run's folders): the session's UI (tests/conftest.py), every part lit; its log is checked
+    for tracebacks when the session ends."""
+    return ui_server[0], ui_inputs
 
 
 @pytest.fixture(scope="module")

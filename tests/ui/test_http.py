@@ -1,6 +1,7 @@
 """The UI over HTTP, against its real server process: what a bad request gets, and that it keeps answering.
 
-Marked slow: the fixture runs the job, an export and the predict command line into the embedded PostgreSQL.
+Marked slow: the session's `ui_inputs` and `ui_server` (tests/conftest.py) run the job, an export and the
+predict command line into the embedded PostgreSQL, and start the UI's server process.
 """
 
 import concurrent.futures
@@ -18,40 +19,14 @@ import numpy as np
 import pytest
 
 import imaging
+import in_process
 import postgres_servers
 import scaleout
 import ui_run
-
-# The shared run and server, here rather than in a conftest.py: a second module named conftest would shadow
-# tests/conftest.py for the test modules that import from it.
-
-
-@pytest.fixture(scope="module")
-def ui_inputs(tmp_path_factory):
-    """The run's folders and the database URL (the embedded server, stopped at the end)."""
-    folder = tmp_path_factory.mktemp("ui_run")
-    with postgres_servers.embedded(str(tmp_path_factory.mktemp("ui_pg"))) as url:
-        run = ui_run.build_run(folder, url)
-        run["quality"], run["quality_keys"] = ui_run.write_quality_folder(folder / "quality", run["job"])
-        yield run
-
-
-@pytest.fixture(scope="module")
-def ui_server(ui_inputs, tmp_path_factory):
-    """(base URL, log path) of the UI with every part lit: predictions, export, database, quality folder."""
-    log = tmp_path_factory.mktemp("ui_log") / "ui.log"
-    process, url = ui_run.start_ui("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
-                                   "--model_dir", ui_inputs["export"], "--database", ui_inputs["database"],
-                                   "--quality_dir", ui_inputs["quality"], "--max_file_bytes", 1_000_000,
-                                   "--upload_timeout", UPLOAD_TIMEOUT, log_path=log)
-    try:
-        yield url, log
-    finally:
-        ui_run.stop_ui(process)
-
+from conftest import UI_UPLOAD_TIMEOUT
 
 pytestmark = pytest.mark.slow
-UPLOAD_TIMEOUT = 8  # Seconds the module's server waits for an upload's body (the default is 60).
+UPLOAD_TIMEOUT = UI_UPLOAD_TIMEOUT
 
 
 def get(url, path, **kwargs):
@@ -341,22 +316,20 @@ def test_bad_flags_are_one_line_and_exit_2(ui_inputs):
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "0"], "--upload_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "inf"], "--upload_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--model_dir", ui_inputs["export"]], "--predictions_dir")]:
-        result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)
+        result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)  # The CLI.
         assert result.returncode == 2 and words in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
 def test_an_export_the_table_was_not_made_with_is_refused_at_start_up(ui_inputs, tmp_path):
     other = scaleout.export_small_model(ui_inputs["job"], tmp_path / "other", size=ui_run.SIZE, seed=9)
-    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--predictions_dir",
-                                              ui_inputs["predictions"], "--model_dir", other, "--database",
-                                              ui_inputs["database"], "--port", scaleout.free_port()),
-                            capture_output=True, text=True, timeout=300)
+    result = in_process.ui_start("--input_dir", ui_inputs["job"], "--predictions_dir",
+                                 ui_inputs["predictions"], "--model_dir", other, "--database",
+                                 ui_inputs["database"], "--port", scaleout.free_port())
     assert result.returncode == 1, result.stderr[-2000:]
     assert "holds embeddings of the export" in result.stderr and len(result.stderr.strip().splitlines()) == 1
-    missing = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--database", ui_inputs["database"],
-                                               "--table", "nosuch", "--port", scaleout.free_port()),
-                             capture_output=True, text=True, timeout=300)
+    missing = in_process.ui_start("--input_dir", ui_inputs["job"], "--database", ui_inputs["database"],
+                                  "--table", "nosuch", "--port", scaleout.free_port())
     assert missing.returncode == 1 and "no table nosuch of embeddings" in missing.stderr, missing.stderr[-2000:]
 
 
@@ -383,14 +356,32 @@ def test_a_label_of_any_length_the_run_holds_is_a_filter_others_are_refused(ui_s
     assert get(url, "/gallery", params={"label": "cat"}).status_code == 200
 
 
-def test_zz_a_database_that_stops_answers_503_in_one_line_without_a_traceback(ui_server, ui_inputs):
-    """Last in this module: it stops the session's PostgreSQL."""
+@pytest.fixture
+def ui_on_its_own_database(ui_inputs, tmp_path):
+    """(base URL, log, data folder) of a UI over the shared run whose database is a server of this test's own,
+    loaded from a copy of the run's predictions: the test stops it, and the shared server keeps answering."""
+    import shutil
+
+    predictions = tmp_path / "predictions"
+    shutil.copytree(ui_inputs["predictions"], predictions)
+    with postgres_servers.embedded(str(tmp_path / "pg")) as url:
+        loaded = in_process.predict("--model_dir", ui_inputs["export"], "--output_dir", predictions, "--load_only",
+                                    "--database", url, "--table", ui_run.TABLE, "--no_progress")
+        assert loaded.returncode == 0, loaded.stderr[-3000:]
+        process, base = ui_run.start_ui("--input_dir", ui_inputs["job"], "--predictions_dir", predictions,
+                                        "--database", url, log_path=tmp_path / "ui.log")
+        try:
+            yield base, tmp_path / "ui.log", str(tmp_path / "pg" / "pgdata")
+        finally:
+            ui_run.stop_ui(process)
+
+
+def test_a_database_that_stops_answers_503_in_one_line_without_a_traceback(ui_on_its_own_database):
     from beam_pipeline.database.server import EmbeddedServer
 
-    url, log = ui_server
+    url, log, data_dir = ui_on_its_own_database
     item = f"/item/{a_key(url)}"
     assert get(url, item).status_code == 200
-    data_dir = re.search(r"host=([^&]+)", ui_inputs["database"]).group(1)  # Its socket is in its data folder.
     assert os.path.exists(os.path.join(data_dir, "PG_VERSION")), data_dir
     server = EmbeddedServer(data_dir)
     subprocess.run([*server._command("pg_ctl"), "-w", "-m", "immediate", "-D", server.data_dir, "stop"],
@@ -415,9 +406,8 @@ def test_a_damaged_quality_folder_is_refused_at_start_up_naming_the_file(ui_inpu
     else:
         del data[len(data) // 2:]
     path.write_bytes(bytes(data))
-    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--quality_dir", quality,
-                                              "--port", scaleout.free_port()),
-                            capture_output=True, text=True, timeout=300)
+    result = in_process.ui_start("--input_dir", ui_inputs["job"], "--quality_dir", quality,
+                                 "--port", scaleout.free_port())
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
     assert str(path) in result.stderr
 
@@ -433,8 +423,7 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
                     "--direct_running_mode", "in_memory"]) == 0
     for flag, folder, words in [("--predictions_dir", ui_inputs["predictions"], "holds predictions of another job"),
                                 ("--quality_dir", ui_inputs["quality"], "of another job output")]:
-        result = subprocess.run(ui_run.ui_command("--input_dir", other, flag, folder, "--port", scaleout.free_port()),
-                                capture_output=True, text=True, timeout=300)
+        result = in_process.ui_start("--input_dir", other, flag, folder, "--port", scaleout.free_port())
         assert result.returncode == 1 and words in result.stderr, result.stderr[-2000:]
         assert len(result.stderr.strip().splitlines()) == 1 and str(other) in result.stderr, result.stderr[-2000:]
     quality = tmp_path / "quality"
@@ -447,15 +436,13 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
             os.mkfifo(quality / "run.json")
         else:
             (quality / "run.json").write_text(damage)
-        result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--quality_dir", quality,
-                                                  "--port", scaleout.free_port()),
-                                capture_output=True, text=True, timeout=300)
+        result = in_process.ui_start("--input_dir", ui_inputs["job"], "--quality_dir", quality,
+                                     "--port", scaleout.free_port())
         assert result.returncode == 1 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
     predictions = tmp_path / "predictions"
     shutil.copytree(ui_inputs["predictions"], predictions)
     (predictions / "manifest.json").write_text("[]")
-    result = subprocess.run(ui_run.ui_command("--input_dir", ui_inputs["job"], "--predictions_dir", predictions,
-                                              "--port", scaleout.free_port()), capture_output=True, text=True,
-                            timeout=300)
+    result = in_process.ui_start("--input_dir", ui_inputs["job"], "--predictions_dir", predictions,
+                                 "--port", scaleout.free_port())
     assert result.returncode == 1 and "manifest.json is damaged" in result.stderr, result.stderr[-2000:]
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
