@@ -1,0 +1,85 @@
+"""Where a test run's time goes, per test file, from pytest's JUnit XML: `scripts/test.sh` prints it.
+
+    .venv/bin/python scripts/test_times.py RUN.xml [--before BEFORE.xml] [--top N] [--markdown]
+
+Each file's seconds are the sum of its tests' setup, call and teardown (pytest's JUnit `time`), so a
+module's shared fixture is counted in the test that first needs it. Under pytest-xdist the files run on
+two workers at once: the column adds up to more than the step's wall time. With --before, a second
+column gives the same sums from an earlier run (docs/testing.md's table is made this way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import sys
+import xml.etree.ElementTree as ElementTree
+
+
+def seconds_per_file(junit_xml: str) -> tuple[dict[str, float], dict[str, int]]:
+    """({test file: seconds}, {test file: tests}) of a JUnit XML written by pytest."""
+    seconds: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.defaultdict(int)
+    for case in ElementTree.parse(junit_xml).getroot().iter("testcase"):
+        # classname is the dotted module path (and class): tests.end_to_end.test_cli -> tests/end_to_end/test_cli.py
+        parts = case.get("classname", "").split(".")
+        while parts and not parts[-1].startswith("test"):
+            parts.pop()
+        name = "/".join(parts) + ".py" if parts else case.get("file", "?")
+        seconds[name] += float(case.get("time", 0))
+        if case.find("skipped") is None:
+            counts[name] += 1
+    return dict(seconds), dict(counts)
+
+
+def table(after: str, before: str | None, top: int | None, markdown: bool) -> list[str]:
+    """The lines of the per-file table, slowest first."""
+    now, now_counts = seconds_per_file(after)
+    then, then_counts = seconds_per_file(before) if before else ({}, {})
+    names = sorted(set(now) | set(then), key=lambda name: -max(now.get(name, 0), then.get(name, 0)))
+    shown = names[:top] if top else names
+    if markdown:
+        header = ["| test file | tests | seconds |"] if not before else [
+            "| test file | tests before | seconds before | tests after | seconds after |"]
+        lines = header + ["|" + "---|" * (header[0].count("|") - 1)]
+    else:
+        lines = []
+    for name in shown:
+        if markdown and before:
+            lines.append(f"| `{name}` | {then_counts.get(name, 0)} | {then.get(name, 0):.0f} | "
+                         f"{now_counts.get(name, 0)} | {now.get(name, 0):.0f} |")
+        elif markdown:
+            lines.append(f"| `{name}` | {now_counts.get(name, 0)} | {now.get(name, 0):.0f} |")
+        else:
+            was = f"  (before: {then.get(name, 0):6.1f} s)" if before else ""
+            lines.append(f"  {now.get(name, 0):7.1f} s  {now_counts.get(name, 0):4d} tests  {name}{was}")
+    total_now, total_then = sum(now.values()), sum(then.values())
+    if markdown and before:
+        lines.append(f"| **all files** | {sum(then_counts.values())} | {total_then:.0f} | "
+                     f"{sum(now_counts.values())} | {total_now:.0f} |")
+    elif markdown:
+        lines.append(f"| **all files** | {sum(now_counts.values())} | {total_now:.0f} |")
+    else:
+        hidden = f", {len(names) - len(shown)} more files not shown" if len(shown) < len(names) else ""
+        lines.append(f"  {total_now:7.1f} s  {sum(now_counts.values()):4d} tests  in all{hidden}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prints the table; exit 2 on a missing or unreadable XML file."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("junit_xml", help="pytest's --junitxml output")
+    parser.add_argument("--before", help="an earlier run's JUnit XML, for a before/after column")
+    parser.add_argument("--top", type=int, default=None, help="only the N slowest files")
+    parser.add_argument("--markdown", action="store_true", help="a Markdown table (docs/testing.md)")
+    args = parser.parse_args(argv)
+    try:
+        print("\n".join(table(args.junit_xml, args.before, args.top, args.markdown)))
+    except (OSError, ElementTree.ParseError) as error:
+        print(f"error: cannot read a JUnit XML file: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
