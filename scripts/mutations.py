@@ -1,4 +1,5 @@
-"""Mutation check of issue 24's promises: each mutation breaks one promise; the named test must then fail.
+"""Mutation check of issue 24's promises and of the tests' shared fixtures (issue 38): each mutation breaks one
+promise; the named tests (one or more, space-separated) must then fail.
 
     .venv/bin/python scripts/mutations.py [NAME_PREFIX ...]     # e.g. M1 M3; all by default
 
@@ -55,6 +56,31 @@ MUTATIONS = [
      "        label, default_value=features.UNKNOWN_LABEL_ID, weights=has_label,",
      "        label, default_value=0, weights=has_label,",
      "tests/end_to_end/test_cli.py::test_transform_output_loads_and_holds_the_statistics"),
+    # Issue 38: what the tests share must be what they think it is. Each mutant breaks a shared fixture or the
+    # in-process runner (tests/conftest.py, tests/ui_run.py, tests/in_process.py); the tests reading it must fail.
+    ("M6 the session's table holds half its rows", "tests/conftest.py",
+     '    run["quality"], run["quality_keys"] = ui_run.write_quality_folder(folder / "quality", run["job"])\n',
+     '    run["quality"], run["quality_keys"] = ui_run.write_quality_folder(folder / "quality", run["job"])\n'
+     '    import psycopg\n'
+     '    with psycopg.connect(pg_url, autocommit=True) as c:\n'
+     '        c.execute("DELETE FROM ui_sample WHERE key IN (SELECT key FROM ui_sample ORDER BY key LIMIT 9)")\n',
+     "tests/ui/test_http.py tests/end_to_end/test_ui_browser.py"),
+    ("M7 the session's UI run silently holds half the photos", "tests/ui_run.py",
+     'names = sorted(os.listdir(os.path.join(SAMPLE_DIR, "images", label)))[:4]',
+     'names = sorted(os.listdir(os.path.join(SAMPLE_DIR, "images", label)))[:2]',
+     "tests/ui/test_http.py tests/end_to_end/test_ui_browser.py"),
+    ("M8 the session's UI server starts without its quality folder", "tests/conftest.py",
+     '"--quality_dir", ui_inputs["quality"], "--max_file_bytes", 1_000_000,',
+     '"--max_file_bytes", 1_000_000,',
+     "tests/ui/test_http.py tests/end_to_end/test_ui_browser.py"),
+    ("M9 a command run in-process always exits 0", "tests/in_process.py",
+     "                code = command.run(argv)\n",
+     "                code = command.run(argv) and 0\n",
+     "tests/end_to_end/test_predict_safety.py"),
+    ("M9b a command run in-process loses its stderr", "tests/in_process.py",
+     "Completed([module, *argv], code, stdout.getvalue(), stderr.getvalue())",
+     'Completed([module, *argv], code, stdout.getvalue(), "")',
+     "tests/end_to_end/test_quality.py"),
 ]
 
 
@@ -72,7 +98,7 @@ def main(only: list[str]) -> int:
             continue
         file.write_text(original.replace(old, new))
         try:
-            result = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "pytest", "-q", "-x", test,
+            result = subprocess.run([str(ROOT / ".venv/bin/python"), "-m", "pytest", "-q", "-x", *test.split(),
                                      "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=1500)
         finally:
             file.write_text(original)
