@@ -4,14 +4,13 @@ Each input is either written correctly or listed in errors.jsonl with a specific
 rows == written + failed. The table this test prints (pytest -s) is the list in the README.
 """
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import imaging
+import in_process
 import outputs
 
 SIZE = 32
@@ -72,10 +71,11 @@ def hostile_run(tmp_path_factory):
     rows.append(["png named.jpg", "x"])  # A duplicate row: written twice, under two keys.
     imaging.write_csv(folder / "in.csv", ["path", "label"], rows)
     out = folder / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "beam_pipeline", "--input_csv", str(folder / "in.csv"), "--output_dir", str(out),
-         "--image_size", str(SIZE), "--image_format", "png", "--max_error_rate", "0.5", "--no_progress"],
-        capture_output=True, text=True, timeout=600)
+    # In this process (tests/in_process.py): each row's outcome is decided inside the pipeline, whatever the
+    # runner; tests/end_to_end/test_cli.py runs the command line with worker processes on bad files.
+    result = in_process.run_module("beam_pipeline", "--input_csv", folder / "in.csv", "--output_dir", out,
+                                   "--image_size", SIZE, "--image_format", "png", "--max_error_rate", "0.5",
+                                   "--no_progress")
     assert result.returncode == 0, result.stderr[-3000:]
     return files, rows, out
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import imaging
+import in_process
 import outputs
 import scaleout
 
@@ -29,7 +30,7 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_succeeds(t
     deadline = time.time() + 120
     while not (out / ".lock").exists() and time.time() < deadline and first.poll() is None:
         time.sleep(0.05)
-    second = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    second = in_process.run_module("beam_pipeline", *command[3:])  # Beside the first run's process.
     stdout, stderr = first.communicate(timeout=600)
     assert first.returncode == 0, stderr[-3000:]
     assert second.returncode == 2, second.stderr[-3000:]
@@ -63,10 +64,14 @@ def test_disk_full_is_one_line_and_the_same_command_resumes_to_identical_bytes(t
     csv_path = imaging.small_dataset(tmp_path, count=24, size=100)
     reference = tmp_path / "reference"
     args = ("--image_size", "224", "--num_shards", "6")  # Raw 224 px: 147 KiB per image, ~3.5 MB in all.
-    assert scaleout.run_job(csv_path, reference, *args).returncode == 0
+
+    def here(out):  # The same command in this process (tests/in_process.py).
+        return in_process.run_module("beam_pipeline", *scaleout.job_command(csv_path, out, *args)[3:])
+
+    assert here(reference).returncode == 0
     with mounted_tmpfs(tmp_path / "small", "size=2m") as small:
         out = small / "out"
-        full = scaleout.run_job(csv_path, out, *args)
+        full = scaleout.run_job(csv_path, out, *args)  # The disk fills inside the worker processes.
         assert full.returncode == 1, full.stderr[-3000:]
         lines = error_lines(full.stderr)
         assert len(lines) == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]
@@ -77,7 +82,7 @@ def test_disk_full_is_one_line_and_the_same_command_resumes_to_identical_bytes(t
         outputs.assert_every_shard_reads_to_its_end(out)  # Nothing partial under a final name.
 
         subprocess.run(["mount", "-o", "remount,size=64m", str(small)], check=True)
-        resumed = scaleout.run_job(csv_path, out, *args)
+        resumed = here(out)
         assert resumed.returncode == 0, resumed.stderr[-3000:]
         assert outputs.shard_bytes(out) == outputs.shard_bytes(reference)
         assert outputs.manifest(out)["statistics"] == outputs.manifest(reference)["statistics"]
@@ -92,7 +97,7 @@ def test_an_unwritable_output_folder_is_one_line(tmp_path):
         os.chmod(tmp_path / "readonly", 0o555)
         context = contextlib.nullcontext(tmp_path / "readonly")
     with context as folder:
-        result = scaleout.run_job(csv_path, folder / "out")
+        result = in_process.run_module("beam_pipeline", *scaleout.job_command(csv_path, folder / "out")[3:])
     assert result.returncode == 1, result.stderr[-3000:]
     lines = error_lines(result.stderr)
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
