@@ -110,12 +110,21 @@ def main(argv=None, description=None):
         share.add_own(tree_cpu_seconds(server.pid()) if server.pid() else 0.0)
         server.release()
 
-    elapsed = time.time() - started
     command = " ".join(["python scripts/benchmark.py", *(argv if argv is not None else sys.argv[1:])])
+    finish(bench.results, args, command.strip(), time.time() - started, (heavy, light, large),
+           share.others_fraction())
+    return 0
+
+
+def finish(results, args, command, elapsed, image_sets, others):
+    """After the sections: fails if any figure is missing, else prints the ratio table and writes
+    docs/benchmarks.md, the chart and README's table. `image_sets`: (heavy, light, large)."""
+    missing = report.missing_figures(results, [image_set.title for image_set in image_sets[:2]])
+    if missing:  # A section that stopped recording a figure fails the run, not a report without it.
+        raise RuntimeError(f"the benchmark did not measure: {', '.join(missing)}")
     table, chart, readme_line = report.write(
-        bench.results, docs_dir=args.docs_dir, readme=args.readme, command=command.strip(), elapsed=elapsed,
-        repetitions=args.repetitions, image_sets=(heavy, light, large), others=share.others_fraction())
+        results, docs_dir=args.docs_dir, readme=args.readme, command=command, elapsed=elapsed,
+        repetitions=args.repetitions, image_sets=image_sets, others=others)
     print("\n" + "\n".join(table))
     print(f"\nwrote {os.path.join(args.docs_dir, 'benchmarks.md')} and {chart} in {elapsed / 60:.1f} min; "
           f"{readme_line}")
-    return 0

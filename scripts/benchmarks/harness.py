@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from benchmarks.targets import met, target_text
+from benchmarks.targets import TARGETS, met, target_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORES = os.cpu_count() or 1
@@ -69,7 +69,10 @@ class Results:
         self.lines.append(text)
 
     def ratio(self, name, images, samples, note="", exact=False):
-        """Records a ratio and logs its median, range and target; returns it."""
+        """Records a ratio and logs its median, range and target; returns it.
+        KeyError at once for a name TARGETS lacks (the report could not describe it, an hour later)."""
+        if name not in TARGETS:
+            raise KeyError(f"{name!r} is not in benchmarks/targets.py TARGETS")
         ratio = Ratio(name, images, list(samples), note, exact)
         self.ratios.append(ratio)
         verdict = {True: "median met", False: "median NOT met", None: ""}[ratio.met]

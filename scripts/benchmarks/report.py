@@ -10,7 +10,7 @@ import os
 import platform
 
 from benchmarks.harness import CORES
-from benchmarks.targets import target_text
+from benchmarks.targets import PER_IMAGE_SET, TABLES, TARGETS, target_text
 
 README_BEGIN = "<!-- benchmark-table:begin -->"
 README_END = "<!-- benchmark-table:end -->"
@@ -50,6 +50,18 @@ MEANING = {
     "quality_precision": "pairs found that are true duplicates (distinct photos kept apart)",
     "quality_job_vs_reader": "whole quality job (real CLI, marginal N vs 10 N rows) / the reader over the same records",
 }
+
+
+def missing_figures(results, image_set_titles):
+    """What a run failed to record: every ratio of TARGETS, each PER_IMAGE_SET ratio on each of
+    `image_set_titles` (the photo sets its sections measured), and every table of TABLES. An empty
+    list when nothing is missing."""
+    recorded = {(r.name, r.images) for r in results.ratios}
+    names = {name for name, _ in recorded}
+    missing = [name for name in TARGETS if name not in names]
+    missing += [f"{name} [{title}]" for name in PER_IMAGE_SET if name in names
+                for title in image_set_titles if (name, title) not in recorded]
+    return missing + [f"the table {title!r}" for title in TABLES if not results.tables.get(title)]
 
 
 def versions():

@@ -9,6 +9,7 @@ import tempfile
 import time
 
 from benchmarks.storage import read_file
+from benchmarks.targets import STAGES_TABLE
 
 SIZE = 224
 
@@ -67,11 +68,15 @@ def measure(bench, image_sets):
     """The stage table, a column per image set."""
     by_set = {image_set.title: stage_rates(image_set.paths, bench.config_values, min(200, len(image_set.images)))
               for image_set in image_sets}
-    stages = list(next(iter(by_set.values())))
-    table = ["| stage | " + " | ".join(by_set) + " |", "|---|" + "---|" * len(by_set)]
-    table += [f"| {stage} | " + " | ".join(f"{rates[stage]:.0f}" for rates in by_set.values()) + " |"
-              for stage in stages]
-    bench.results.tables["Where the time goes (images/s on one core)"] = table
+    bench.results.tables[STAGES_TABLE] = format_table(by_set)
     for title, rates in by_set.items():
         bench.results.say(f"5. [{title}] images/s on one core per stage: " +
                           ", ".join(f"{stage} {rate:.0f}" for stage, rate in rates.items()))
+
+
+def format_table(by_set):
+    """The report's stage table from {image set title: {stage: images/s}}, a column per set."""
+    stages = list(next(iter(by_set.values())))
+    table = ["| stage | " + " | ".join(by_set) + " |", "|---|" + "---|" * len(by_set)]
+    return table + [f"| {stage} | " + " | ".join(f"{rates[stage]:.0f}" for rates in by_set.values()) + " |"
+                    for stage in stages]

@@ -10,6 +10,7 @@ import numpy as np
 
 from benchmarks.harness import in_turn, median, rate_step
 from benchmarks.job import run_job
+from benchmarks.targets import STORAGE_TABLE
 
 
 def parity_error(output_dir, raw_by_source, count=100):
@@ -57,15 +58,22 @@ def measure(bench, job):
                 for image_format, out in outs.items()}
     rates = in_turn(bench.repetitions, {image_format: rate_step(dataset, bench.args.seconds)
                                         for image_format, dataset in datasets.items()})
-    table = ["| storage | KiB/image | reader images/s (median) | parity max | parity mean |", "|---|---|---|---|---|"]
+    rows = []
     for image_format, out in outs.items():
         manifest = manifests[image_format]
         kib = sum(s["bytes"] for s in manifest["shards"]) / manifest["written"] / 1024
         worst, mean_error = parity_error(out, read_file)
-        table.append(f"| {image_format} | {kib:.1f} | {median(rates[image_format]):.0f} | {worst:.3f} | "
-                     f"{mean_error:.4f} |")
+        rows.append((image_format, kib, median(rates[image_format]), worst, mean_error))
         bench.results.say(f"   storage {image_format}: {kib:.1f} KiB/image, reader {median(rates[image_format]):.0f} "
                           f"img/s (median), parity max {worst:.3f} / mean {mean_error:.4f} (normalized units)")
-    bench.results.tables["Storage formats"] = table + [
+    bench.results.tables[STORAGE_TABLE] = format_table(rows)
+
+
+def format_table(rows):
+    """The report's storage table: rows of (format, KiB/image, reader images/s, parity max, parity mean)."""
+    table = ["| storage | KiB/image | reader images/s (median) | parity max | parity mean |", "|---|---|---|---|---|"]
+    table += [f"| {image_format} | {kib:.1f} | {rate:.0f} | {worst:.3f} | {mean_error:.4f} |"
+              for image_format, kib, rate, worst, mean_error in rows]
+    return table + [
         "", "Parity: |stored pixel - freshly preprocessed pixel| / std, i.e. what the reader yields vs what "
         "the serving signature feeds the model, in normalized units."]

@@ -35,6 +35,15 @@ TARGETS = {
     "quality_job_vs_reader": (0.5, True),  # Issue 22: the whole job at half the rate of reading its input.
 }
 
+# Measured on each photo set (heavy and light) by its section, not once: job.py, reader.py, end_to_end.py.
+PER_IMAGE_SET = ("job_vs_bare", "job_vs_pillow", "memory_ratio", "reader_vs_after", "train_reader_vs_after",
+                 "end_to_end_1_epoch", "end_to_end_10_epochs")
+
+# The report's tables besides the ratios, each written by one section (storage.py, stages.py).
+STORAGE_TABLE = "Storage formats"
+STAGES_TABLE = "Where the time goes (images/s on one core)"
+TABLES = (STORAGE_TABLE, STAGES_TABLE)
+
 
 def target_text(name):
     """'>= 0.85', '<= 10', or 'none' for a ratio without a target."""
