@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Flink integration test (the second step of scripts/test.sh, also runnable alone): obtains Beam's
-# Flink job server with Maven (once, into .cache/flink/; see scripts/flink_job_server.sh), then runs
+# Flink job server with Maven (once, into ~/.cache/beam-image-pipeline/flink/; see scripts/flink_job_server.sh), then runs
 #  - tests/scale_out/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
 #  - tests/scale_out/test_flink_cluster.py: the job on a standing Flink session cluster that
 #    scripts/flink_cluster.sh starts from the job server's jars (two TaskManagers, a worker pool

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prints the path of a Beam Flink job server jar for `--flink_job_server_jar`, obtaining it with
-# Maven into .cache/flink/ the first time (later runs reuse it without running Maven):
+# Maven the first time into the user's cache, ~/.cache/beam-image-pipeline/flink/ (later runs, and
+# every other clone of the project, reuse it without running Maven):
 #  1. the official shaded jar, org.apache.beam:beam-runners-flink-FLINK_VERSION-job-server:BEAM_VERSION
 #     (same version as the Python SDK). One quiet Maven attempt: it costs a few seconds when the jar
 #     is missing (one 404), and as soon as Maven Central serves it we get the exact-version server.
@@ -10,6 +11,8 @@
 #     lists lib/*.jar, so `java -jar launcher.jar` (what Beam's FlinkRunner runs) starts it.
 #   FLINK_VERSION  Flink version of the official jar tried first (default 1.20)
 #   BEAM_VERSION   version of the official jar (default: the apache-beam installed in .venv)
+#   FLINK_JARS_CACHE  where the jars are kept (default $XDG_CACHE_HOME/beam-image-pipeline/flink,
+#                     XDG_CACHE_HOME defaulting to ~/.cache, beside pip's cache: a fresh clone reuses them)
 # Needs Java 11+ (17 recommended) and Maven (`mvn`) on PATH. The jar path goes to stdout,
 # progress to stderr. Exit codes: 2 java or mvn missing, 3 Maven failed.
 # Maven's own settings apply (e.g. MAVEN_OPTS=-Dmaven.repo.local=DIR, ~/.m2/settings.xml mirrors).
@@ -19,7 +22,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV_PYTHON="$ROOT/.venv/bin/python"
 FLINK_VERSION="${FLINK_VERSION:-1.20}"
 BEAM_VERSION="${BEAM_VERSION:-$("$VENV_PYTHON" -c 'import apache_beam; print(apache_beam.__version__)')}"
-CACHE="$ROOT/.cache/flink"
+CACHE="${FLINK_JARS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/beam-image-pipeline/flink}"
 POM="$ROOT/scripts/flink/pom.xml"
 DEPENDENCY_PLUGIN="org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 OFFICIAL_ARTIFACT="beam-runners-flink-${FLINK_VERSION}-job-server"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the job on Apache Flink through Beam's Flink job server, a Java program that
-# scripts/flink_job_server.sh obtains with Maven into .cache/flink/ once (the official job server
+# scripts/flink_job_server.sh obtains with Maven into ~/.cache/beam-image-pipeline/flink/ once (the official job server
 # jar if Maven Central serves it, else a launcher built from scripts/flink/pom.xml). Needs Java 17
 # and Maven; no Docker.
 #

@@ -45,17 +45,15 @@ def worker_pool(tmp_path_factory):
         scaleout.stop_server(pool)
 
 
-def test_embedded_flink_matches_the_local_runner(tmp_path, worker_pool):
+def test_embedded_flink_matches_the_local_runner(small_run, worker_pool):
     assert os.path.isfile(JAR), JAR
-    csv_path, rows = scaleout.make_small_dataset(tmp_path)
-    local = tmp_path / "out_local"
-    result = scaleout.run_job(csv_path, local)
-    assert result.returncode == 0, result.stderr[-3000:]
+    folder = small_run.folder
     # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
     result = scaleout.run_job_killing_group(
-        os.path.relpath(csv_path, tmp_path), "out_flink",
+        os.path.relpath(small_run.csv_path, folder), "out_flink_embedded",
         "--runner=FlinkRunner", "--flink_master=[local]", f"--flink_job_server_jar={JAR}",
         "--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
-        cwd=tmp_path, timeout=TIMEOUT)
+        cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
-    scaleout.assert_small_dataset_run_matches(local, tmp_path / "out_flink", rows, "FlinkRunner")
+    scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_flink_embedded", small_run.rows,
+                                              "FlinkRunner")

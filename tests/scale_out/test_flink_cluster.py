@@ -137,19 +137,16 @@ def flink_cluster(tmp_path_factory):
         assert stopped.returncode == 0, stopped.stderr
 
 
-def test_standing_cluster_matches_the_local_runner(tmp_path, flink_cluster):
-    cluster = flink_cluster
-    csv_path, rows = scaleout.make_small_dataset(tmp_path)
-    local = tmp_path / "out_local"
-    result = scaleout.run_job(csv_path, local)
-    assert result.returncode == 0, result.stderr[-3000:]
+def test_standing_cluster_matches_the_local_runner(small_run, flink_cluster):
+    cluster, folder = flink_cluster, small_run.folder
     jobs_before, workers_before = set(cluster.jobs()), cluster.workers_started()
 
     # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
-    result = scaleout.run_job_killing_group(os.path.relpath(csv_path, tmp_path), "out_flink",
-                                            *cluster.job_flags(), cwd=tmp_path, timeout=TIMEOUT)
+    result = scaleout.run_job_killing_group(os.path.relpath(small_run.csv_path, folder), "out_flink_cluster",
+                                            *cluster.job_flags(), cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, cluster.explain(result)
-    scaleout.assert_small_dataset_run_matches(local, tmp_path / "out_flink", rows, "FlinkRunner")
+    scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_flink_cluster", small_run.rows,
+                                              "FlinkRunner")
 
     [(job_id, job)] = [(jid, job) for jid, job in cluster.jobs().items() if jid not in jobs_before]
     assert job["state"] == "FINISHED" and job["tasks"]["total"] > 1, job
@@ -161,21 +158,15 @@ def test_standing_cluster_matches_the_local_runner(tmp_path, flink_cluster):
     assert all(count > 0 for count in started), started
 
 
-def test_predict_job_on_the_standing_cluster_matches_the_local_run(tmp_path, flink_cluster):
+def test_predict_job_on_the_standing_cluster_matches_the_local_run(small_run, small_predictions, flink_cluster):
     """The predict job (RunInference, Parquet shards) over both TaskManagers: identical Parquet."""
-    cluster = flink_cluster
-    csv_path, _ = scaleout.make_small_dataset(tmp_path)
-    job = tmp_path / "job"
-    result = scaleout.run_job(csv_path, job)
-    assert result.returncode == 0, result.stderr[-3000:]
-    export = scaleout.export_small_model(job, tmp_path / "export")
-    result = scaleout.run_predict_killing_group(export, job, tmp_path / "pred_local")
-    assert result.returncode == 0, result.stderr[-3000:]
+    cluster, folder, (export, local_predictions) = flink_cluster, small_run.folder, small_predictions
     jobs_before = set(cluster.jobs())
-    result = scaleout.run_predict_killing_group("export", "job", "pred_flink", *cluster.job_flags(),
-                                                cwd=tmp_path, timeout=TIMEOUT)
+    result = scaleout.run_predict_killing_group(
+        os.path.relpath(export, folder), os.path.relpath(small_run.local, folder), "pred_flink_cluster",
+        *cluster.job_flags(), cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, cluster.explain(result)
-    outputs.assert_same_predictions(tmp_path / "pred_local", tmp_path / "pred_flink")
+    outputs.assert_same_predictions(local_predictions, folder / "pred_flink_cluster")
     [(job_id, overview)] = [(jid, j) for jid, j in cluster.jobs().items() if jid not in jobs_before]
     assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
 

@@ -40,39 +40,27 @@ def portable_services(tmp_path_factory):
             scaleout.stop_server(process)
 
 
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("portable_data")
-    csv_path, rows = scaleout.make_small_dataset(folder)
-    local = folder / "out_local"
-    result = scaleout.run_job(csv_path, local)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return folder, csv_path, rows, local
-
-
-def test_portable_runner_with_external_worker_pool_matches_the_local_runner(portable_services, dataset):
+def test_portable_runner_with_external_worker_pool_matches_the_local_runner(portable_services, small_run):
     job_endpoint, pool_endpoint = portable_services
-    folder, csv_path, rows, local = dataset
+    folder = small_run.folder
     # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
     result = scaleout.run_job(
-        os.path.relpath(csv_path, folder), "out_portable",
+        os.path.relpath(small_run.csv_path, folder), "out_portable",
         "--runner=PortableRunner", f"--job_endpoint={job_endpoint}",
         "--environment_type=EXTERNAL", f"--environment_config={pool_endpoint}", cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    scaleout.assert_small_dataset_run_matches(local, folder / "out_portable", rows, "PortableRunner")
+    scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_portable", small_run.rows,
+                                              "PortableRunner")
 
 
-def test_predict_job_on_the_portable_runner_matches_the_local_run(portable_services, dataset):
+def test_predict_job_on_the_portable_runner_matches_the_local_run(portable_services, small_run, small_predictions):
     """The predict job (RunInference, Parquet shards) in workers of a separate pool: identical Parquet."""
     job_endpoint, pool_endpoint = portable_services
-    folder, _, _, local = dataset
-    export = scaleout.export_small_model(local, folder / "export")
-    result = scaleout.run_predict_killing_group(export, local, folder / "pred_local")
-    assert result.returncode == 0, result.stderr[-3000:]
+    folder, (export, local_predictions) = small_run.folder, small_predictions
     result = scaleout.run_predict_killing_group(
-        os.path.relpath(export, folder), os.path.relpath(local, folder), "pred_portable",
+        os.path.relpath(export, folder), os.path.relpath(small_run.local, folder), "pred_portable",
         "--runner=PortableRunner", f"--job_endpoint={job_endpoint}", "--environment_type=EXTERNAL",
         f"--environment_config={pool_endpoint}", cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     assert outputs.manifest(folder / "pred_portable")["runner"] == "PortableRunner"
-    outputs.assert_same_predictions(folder / "pred_local", folder / "pred_portable")
+    outputs.assert_same_predictions(local_predictions, folder / "pred_portable")
