@@ -9,10 +9,14 @@ through the job's own preprocessing and storage codec, then the job's signals an
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
 
 from benchmarks.quality import planted_accuracy  # noqa: E402
 
+# A measurement on real photos (13 s): in the full suite (scripts/test.sh, CI), not the everyday lane.
+pytestmark = pytest.mark.slow
 
 def test_recall_and_precision_on_planted_real_photos(capsys):
     result = planted_accuracy()
