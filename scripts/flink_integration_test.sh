@@ -31,4 +31,6 @@ trap 'FLINK_CLUSTER_DIR="$FLINK_TEST_CLUSTER_DIR" bash scripts/flink_cluster.sh 
       rm -rf "$FLINK_TEST_CLUSTER_DIR"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-.venv/bin/python -m pytest tests/scale_out/test_flink.py tests/scale_out/test_flink_cluster.py -rs "$@"
+# One process (-n 0): the tests share one standing cluster, which a second pytest-xdist worker would
+# start jobs on, and stop, beside the first's.
+.venv/bin/python -m pytest tests/scale_out/test_flink.py tests/scale_out/test_flink_cluster.py -n 0 -rs "$@"
