@@ -44,24 +44,20 @@ def table(after: str, before: str | None, top: int | None, markdown: bool) -> li
         lines = header + ["|" + "---|" * (header[0].count("|") - 1)]
     else:
         lines = []
-    for name in shown:
+    def row(label, tests_then, seconds_then, tests_now, seconds_now):
         if markdown and before:
-            lines.append(f"| `{name}` | {then_counts.get(name, 0)} | {then.get(name, 0):.0f} | "
-                         f"{now_counts.get(name, 0)} | {now.get(name, 0):.0f} |")
-        elif markdown:
-            lines.append(f"| `{name}` | {now_counts.get(name, 0)} | {now.get(name, 0):.0f} |")
-        else:
-            was = f"  (before: {then.get(name, 0):6.1f} s)" if before else ""
-            lines.append(f"  {now.get(name, 0):7.1f} s  {now_counts.get(name, 0):4d} tests  {name}{was}")
-    total_now, total_then = sum(now.values()), sum(then.values())
-    if markdown and before:
-        lines.append(f"| **all files** | {sum(then_counts.values())} | {total_then:.0f} | "
-                     f"{sum(now_counts.values())} | {total_now:.0f} |")
-    elif markdown:
-        lines.append(f"| **all files** | {sum(now_counts.values())} | {total_now:.0f} |")
-    else:
-        hidden = f", {len(names) - len(shown)} more files not shown" if len(shown) < len(names) else ""
-        lines.append(f"  {total_now:7.1f} s  {sum(now_counts.values()):4d} tests  in all{hidden}")
+            return f"| {label} | {tests_then} | {seconds_then:.0f} | {tests_now} | {seconds_now:.0f} |"
+        if markdown:
+            return f"| {label} | {tests_now} | {seconds_now:.0f} |"
+        was = f"  (before: {seconds_then:6.1f} s)" if before else ""
+        return f"  {seconds_now:7.1f} s  {tests_now:4d} tests  {label}{was}"
+
+    for name in shown:
+        lines.append(row(f"`{name}`" if markdown else name, then_counts.get(name, 0), then.get(name, 0),
+                         now_counts.get(name, 0), now.get(name, 0)))
+    hidden = f", {len(names) - len(shown)} more files not shown" if len(shown) < len(names) else ""
+    lines.append(row("**all files**" if markdown else f"in all{hidden}", sum(then_counts.values()),
+                     sum(then.values()), sum(now_counts.values()), sum(now.values())))
     return lines
 
 
