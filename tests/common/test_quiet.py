@@ -55,6 +55,7 @@ def test_outside_an_import_nothing_is_delayed_or_lost_when_the_process_dies():
     assert result.returncode == -9 and result.stderr.splitlines() == ["last words"], result.stderr
 
 
+@pytest.mark.slow  # Three fresh processes importing TensorFlow (3-4 s each): the full suite's, not the everyday lane's.
 @pytest.mark.parametrize("argv,quiet", [([], True), (["--verbose"], False), (["--verb"], False)])
 def test_importing_tensorflow_prints_no_start_up_line_unless_verbose(argv, quiet):
     code = ("import sys\nfrom beam_pipeline.common.quiet import quiet_startup\nquiet_startup(sys.argv[1:])\n"

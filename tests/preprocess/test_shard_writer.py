@@ -1,6 +1,7 @@
 """The shard DoFn in a real Beam pipeline: status, statistics rows, and a resumed shard re-emitting both."""
 
 import json
+import shutil
 
 import apache_beam as beam
 import pytest
@@ -17,11 +18,13 @@ from tf_serving_input.features import PreprocessConfig
 from tf_serving_input.layout import OutputLayout
 
 
-def make_rows(tmp_path, count, bad=("missing.jpg",)):
+def make_rows(tmp_path, count, bad=("missing.jpg",), write=True):
+    """Rows of `count` PNGs in tmp_path (written unless `write` is False) and the `bad` sources."""
     rows = []
     for index in range(count):
         name = f"{index}.png"
-        (tmp_path / name).write_bytes(imaging.encode(imaging.solid((index * 20, 50, 90)), "PNG"))
+        if write:
+            (tmp_path / name).write_bytes(imaging.encode(imaging.solid((index * 20, 50, 90)), "PNG"))
         rows.append(name)
     rows += list(bad)
     return [source.Row(index=i, line=i + 2, source=name, path=str(tmp_path / name), label="ab"[i % 2],
@@ -59,10 +62,23 @@ def test_shard_file_status_and_statistics(tmp_path):
     assert not list(out.rglob("*.incomplete"))
 
 
-def test_a_finished_shard_is_kept_and_re_emits_its_statistics(tmp_path):
-    rows = make_rows(tmp_path, 3)
-    out = tmp_path / "out"
-    first = run_writer(out, rows, PreprocessConfig(image_size=8))
+@pytest.fixture(scope="module")
+def finished_shard(tmp_path_factory):
+    """Three images, a missing one and the finished shard over them, written once: each resume test
+    damages a copy of it (`copy_of`)."""
+    folder = tmp_path_factory.mktemp("finished_shard")
+    return folder, run_writer(folder / "out", make_rows(folder, 3), PreprocessConfig(image_size=8))
+
+
+def copy_of(finished_shard, tmp_path):
+    """(rows over a copy of the finished shard's images, the copy's output folder, its first status)."""
+    folder, first = finished_shard
+    shutil.copytree(folder, tmp_path, dirs_exist_ok=True)
+    return make_rows(tmp_path, 3, write=False), tmp_path / "out", first
+
+
+def test_a_finished_shard_is_kept_and_re_emits_its_statistics(tmp_path, finished_shard):
+    rows, out, first = copy_of(finished_shard, tmp_path)
     data = (out / "data" / "train-00000-of-00001.tfrecord").read_bytes()
     for row in rows:  # The images are gone: a kept shard must not read them again.
         (tmp_path / row.source).unlink(missing_ok=True)
@@ -71,10 +87,8 @@ def test_a_finished_shard_is_kept_and_re_emits_its_statistics(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "delete"])
-def test_a_damaged_shard_is_rewritten(tmp_path, damage):
-    rows = make_rows(tmp_path, 3)
-    out = tmp_path / "out"
-    first = run_writer(out, rows, PreprocessConfig(image_size=8))
+def test_a_damaged_shard_is_rewritten(tmp_path, finished_shard, damage):
+    rows, out, first = copy_of(finished_shard, tmp_path)
     path = out / "data" / "train-00000-of-00001.tfrecord"
     data = path.read_bytes()
     if damage == "truncate":
@@ -86,11 +100,9 @@ def test_a_damaged_shard_is_rewritten(tmp_path, damage):
 
 
 @pytest.mark.parametrize("damage", ["flip", "moments", "rows"])
-def test_a_changed_byte_or_number_is_caught_on_resume(tmp_path, damage):
+def test_a_changed_byte_or_number_is_caught_on_resume(tmp_path, finished_shard, damage):
     """A same-size byte flip in the shard, or an edited number in its status, is never reused."""
-    rows = make_rows(tmp_path, 3)
-    out = tmp_path / "out"
-    first = run_writer(out, rows, PreprocessConfig(image_size=8))
+    rows, out, first = copy_of(finished_shard, tmp_path)
     path, status_path = out / "data" / "train-00000-of-00001.tfrecord", out / "shards" / "train-00000-of-00001.json"
     data = path.read_bytes()
     if damage == "flip":  # Size unchanged: only the checksum tells.

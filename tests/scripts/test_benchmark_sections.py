@@ -157,6 +157,7 @@ def test_a_figure_without_a_target_entry_fails_when_recorded_not_at_the_report()
         Results().ratio("job_vs_pilow", "heavy", [1.0])
 
 
+@pytest.mark.slow  # 2 GiB held and a subprocess (3-6 s): the full suite's, not the everyday lane's.
 def test_the_pair_findings_peak_memory_is_its_own_not_its_launchers(tmp_path):
     """ru_maxrss after exec includes the launching process's peak: under the benchmark (a few GiB) every
     pair-finding run read 3.16 GiB at a million hashes, while it peaks at 1.6 GiB alone."""
