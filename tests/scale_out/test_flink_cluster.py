@@ -184,7 +184,7 @@ def make_slow_dataset(folder, rows=160, distinct=6):
     return folder / "in.csv"
 
 
-def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_cluster):
+def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_cluster, request):
     """SIGKILL one TaskManager while shards are being written.
 
     What happens (Flink's default without checkpointing is no restart strategy, and the cluster
@@ -211,6 +211,8 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_c
         # The uninterrupted reference (the default local runner) runs while Flink notices the loss and
         # the TaskManager restarts, which leave the CPUs mostly idle; it is awaited before the comparisons.
         reference = scaleout.start_job(csv_path, uninterrupted, *flags)
+        # A failed assertion before it is awaited must not leave it running: its group goes with the test.
+        request.addfinalizer(lambda: reference.poll() is None and scaleout.signal_group(reference.pid, signal.SIGKILL))
     result = scaleout.finish_job(process, timeout=TIMEOUT if killed else 1)
     assert killed, "the job ended before writing any shard\n" + cluster.explain(result)
 
