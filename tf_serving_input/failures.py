@@ -10,6 +10,10 @@ from __future__ import annotations
 from tf_serving_input import formats
 
 FILE_NOT_FOUND = "file_not_found"
+PATH_TOO_LONG = "path_too_long"
+PERMISSION_DENIED = "permission_denied"
+IS_A_DIRECTORY = "is_a_directory"
+SYMLINK_LOOP = "symlink_loop"
 EMPTY_FILE = "empty_file"
 TOO_LARGE_FILE = "too_large_file"
 TOO_MANY_PIXELS = "too_many_pixels"
@@ -24,7 +28,12 @@ INPUT_SHARD_DAMAGED = "input_shard_damaged"
 UNSTORABLE_TEXT = "unstorable_text"
 
 REASONS = {
-    FILE_NOT_FOUND: "the path names no file",
+    FILE_NOT_FOUND: ("the path names no file: nothing is there, a symbolic link points at nothing, or a name on "
+                     "the path is a file, not a folder (ENOENT, ENOTDIR), or the row's path is empty"),
+    PATH_TOO_LONG: "the path, or one of its names, is longer than the operating system allows (ENAMETOOLONG)",
+    PERMISSION_DENIED: "the job's user may not read the file or search a folder on its path (EACCES, EPERM)",
+    IS_A_DIRECTORY: "the path names a directory, not a file (EISDIR)",
+    SYMLINK_LOOP: "the path's symbolic links lead round in a loop: too many levels of symbolic links (ELOOP)",
     EMPTY_FILE: "the file has 0 bytes",
     TOO_LARGE_FILE: "the file is larger than --max_file_bytes (it is not read whole)",
     TOO_MANY_PIXELS: "the header claims more pixels than --max_pixels (refused before decoding)",
@@ -32,7 +41,8 @@ REASONS = {
     CORRUPT: "the image data or its header cannot be decoded",
     UNSUPPORTED_FORMAT: "a recognised image or document format that is not decoded (the detail names it)",
     NOT_AN_IMAGE: "the content is no known image format (text, HTML, ...)",
-    READ_ERROR: "the file exists but could not be read (permissions, a directory, I/O error)",
+    READ_ERROR: ("the file could not be read: an I/O error or another OS error (EIO, ...; the detail names it "
+                 "and the path), or the path names a FIFO, a device or a socket"),
     UNEXPECTED: "anything else: a bug to report, with the detail",
     INPUT_SHARD_DAMAGED: ("the job's shard holding the row is truncated, or does not match the SHA-256 in the job's "
                           "manifest or its records' CRCs (the detail says which): it was not predicted"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import csv
 import dataclasses
+import errno
 import hashlib
 import math
 import posixpath
@@ -38,6 +39,17 @@ MIN_AUTO_SHARDS = 8
 DEFAULT_MAX_FILE_BYTES = 256 * 1024 * 1024
 # (split, shard_index): what rows are grouped by.
 ShardKey = tuple[str, int]
+# The reason of a local file's read by its errno; any other errno is a read_error whose detail names it.
+_REASON_BY_ERRNO = {
+    errno.ENOENT: failures.FILE_NOT_FOUND,
+    # A name on the path is a file, not a folder: no file can be there, as when a folder is missing (ENOENT).
+    errno.ENOTDIR: failures.FILE_NOT_FOUND,
+    errno.ENAMETOOLONG: failures.PATH_TOO_LONG,
+    errno.EACCES: failures.PERMISSION_DENIED,
+    errno.EPERM: failures.PERMISSION_DENIED,
+    errno.EISDIR: failures.IS_A_DIRECTORY,
+    errno.ELOOP: failures.SYMLINK_LOOP,
+}
 
 
 class CsvError(ValueError):
@@ -347,6 +359,67 @@ def _exists(path: str) -> bool:
         return True
 
 
+def _is_local(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _os_error(error: BaseException, path: str) -> OSError | None:
+    """The OSError with an errno behind `error`: itself, its cause, or what a BeamIOError wraps ({path: error})."""
+    pending: list[BaseException | None] = [error]
+    seen: list[BaseException] = []
+    while pending:
+        current = pending.pop(0)
+        if current is None or any(current is other for other in seen):
+            continue
+        seen.append(current)
+        if isinstance(current, OSError) and current.errno is not None:
+            return current
+        details = getattr(current, "exception_details", None)  # BeamIOError (itself an OSError without errno).
+        if isinstance(details, dict):
+            wrapped = [details[path]] if path in details else list(details.values())
+            pending += [value for value in wrapped if isinstance(value, BaseException)]
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
+def _errno_failure(path: str, error: OSError) -> failures.RowFailure:
+    """The RowFailure of a local read the OS refused: the reason by errno, the detail naming the errno and path."""
+    import os
+
+    number = error.errno
+    assert number is not None
+    reason = _REASON_BY_ERRNO.get(number, failures.READ_ERROR)
+    name = errno.errorcode.get(number, f"errno {number}")
+    words = error.strerror or os.strerror(number)
+    if number == errno.ENOENT:
+        detail = path  # The reason says it all (as before: the detail of a missing file is its path).
+    elif number == errno.EISDIR:
+        detail = f"{path} is a directory, not a file ({name})"
+    elif number == errno.ENAMETOOLONG:
+        names = [len(os.fsencode(part)) for part in path.split("/")]
+        detail = (f"{path}: {words} ({name}: its longest name is {max(names)} bytes, the whole path "
+                  f"{len(os.fsencode(path))} bytes)")
+    else:
+        detail = f"{path}: {words} ({name})"
+    return failures.RowFailure(reason, detail)
+
+
+def _read_failure(path: str, error: BaseException) -> failures.RowFailure:
+    """The RowFailure of a read that raised `error`: by errno for a local file, else by whether the path exists."""
+    os_error = _os_error(error, path) if _is_local(path) else None
+    if os_error is not None:
+        return _errno_failure(path, os_error)
+    # Remote filesystems (gs://, s3://) raise their own types, without an errno.
+    if isinstance(error, FileNotFoundError):
+        return failures.RowFailure(failures.FILE_NOT_FOUND, path)
+    if isinstance(error, IsADirectoryError):
+        return failures.RowFailure(failures.IS_A_DIRECTORY, f"{path} is a directory, not a file")
+    if not _exists(path):
+        return failures.RowFailure(failures.FILE_NOT_FOUND, path)
+    text = str(error).strip().splitlines()
+    return failures.RowFailure(failures.READ_ERROR, f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": "))
+
+
 def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
     """The bytes of a file, through Beam's filesystems (any scheme); raises RowFailure."""
     from apache_beam.io.filesystem import CompressionTypes
@@ -358,16 +431,8 @@ def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> byte
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             data = f.read(max_bytes + 1)
-    except FileNotFoundError:
-        raise failures.RowFailure(failures.FILE_NOT_FOUND, path) from None
-    except IsADirectoryError:
-        raise failures.RowFailure(failures.READ_ERROR, f"{path} is a directory, not a file") from None
     except Exception as error:  # noqa: BLE001 - remote filesystems wrap errors in their own types.
-        if not _exists(path):
-            raise failures.RowFailure(failures.FILE_NOT_FOUND, path) from None
-        text = str(error).strip().splitlines()
-        raise failures.RowFailure(failures.READ_ERROR,
-                                  f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")) from None
+        raise _read_failure(path, error) from None
     if len(data) > max_bytes:
         raise failures.RowFailure(failures.TOO_LARGE_FILE, f"more than --max_file_bytes={max_bytes} bytes")
     if not data:

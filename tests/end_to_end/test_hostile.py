@@ -29,7 +29,7 @@ def hostile_files():
         "page.jpg": (b"<!DOCTYPE html><html><body>Not Found</body></html>", "not_an_image"),
         "bomb.png": (imaging.png_claiming_size(60000, 60000), "too_many_pixels"),
         "missing.jpg": (None, "file_not_found"),
-        "a folder.jpg": ("folder", "read_error"),
+        "a folder.jpg": ("folder", "is_a_directory"),
         "scan.tiff": (imaging.encode(UPRIGHT, "TIFF"), "unsupported_format"),
         "icon.ico": (imaging.encode(UPRIGHT, "ICO"), "unsupported_format"),
         "drawing.svg": (b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>', "unsupported_format"),

@@ -36,7 +36,7 @@ EXPECTED_FAILURES = {
     "page.jpg": failures.NOT_AN_IMAGE,
     "huge.png": failures.TOO_MANY_PIXELS,
     "scan.tif": failures.UNSUPPORTED_FORMAT,
-    "folder": failures.READ_ERROR,
+    "folder": failures.IS_A_DIRECTORY,
     "": failures.FILE_NOT_FOUND,
     "big.bmp": failures.TOO_LARGE_FILE,
 }
@@ -139,7 +139,7 @@ def test_read_image_bytes_reasons(tmp_path):
         return caught.value.reason
 
     assert reason(str(tmp_path / "nope.jpg")) == failures.FILE_NOT_FOUND
-    assert reason(str(tmp_path)) == failures.READ_ERROR
+    assert reason(str(tmp_path)) == failures.IS_A_DIRECTORY
     assert reason("") == failures.FILE_NOT_FOUND
     (tmp_path / "a.bin").write_bytes(b"12345")
     assert read_image_bytes(str(tmp_path / "a.bin"), max_bytes=5) == b"12345"
