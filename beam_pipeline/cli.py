@@ -8,6 +8,7 @@ Nothing heavy is imported until a subcommand is chosen.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 
@@ -27,6 +28,33 @@ SUBCOMMANDS = {
 }
 
 
+# name: the module whose build_parser(prog) gives the subcommand's flags (its reference page is generated from it).
+PARSERS = {
+    "preprocess": "beam_pipeline.preprocess.options",
+    "inspect": "beam_pipeline.preprocess.inspect",
+    "predict": "beam_pipeline.predict.cli",
+    "search": "beam_pipeline.search.cli",
+    "db": "beam_pipeline.database.server",
+    "quality": "beam_pipeline.quality.cli",
+    "ui": "beam_pipeline.ui.cli",
+}
+
+
+def build_parser(name: str) -> argparse.ArgumentParser:
+    """The argparse parser of subcommand `name` (no Beam or TensorFlow imported)."""
+    return importlib.import_module(PARSERS[name]).build_parser(f"{PROG} {name}")
+
+
+def version() -> str:
+    """The installed project's version ('0.1.0'), or 'unknown' when it runs from a folder that was not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(PROG)
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def usage() -> str:
     """The top-level help text."""
     width = max(map(len, SUBCOMMANDS))
@@ -34,7 +62,9 @@ def usage() -> str:
              "Turn a million images into training-ready data, serve them with the same preprocessing, and "
              "search them.", "", "subcommands:"]
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
-    lines += ["", f"Without a subcommand, flags go to preprocess: {PROG} --input_csv CSV --output_dir DIR."]
+    lines += ["", f"Without a subcommand, flags go to preprocess: {PROG} --input_csv CSV --output_dir DIR.",
+              f"{PROG} --version prints the version. Exit codes: 0 ok; 1 the run failed or more rows failed than "
+              "--max_error_rate; 2 usage or bad input; 130 interrupted; 141 stdout closed early."]
     return "\n".join(lines)
 
 
@@ -58,9 +88,12 @@ def run(argv: list[str] | None = None) -> int:
         return 2
     if argv[0] in ("-h", "--help"):
         # Also the help of `python -m beam_pipeline --input_csv ...` from before subcommands: the job's flags.
-        from beam_pipeline.preprocess.options import build_parser
+        from beam_pipeline.preprocess import options
 
-        print(usage() + "\n\n" + build_parser(PROG).format_help(), end="")
+        print(usage() + "\n\n" + options.build_parser(PROG).format_help(), end="")
+        return 0
+    if argv[0] == "--version":
+        print(f"{PROG} {version()}")
         return 0
     if argv[0].startswith("-"):  # The command from before subcommands: the preprocessing job.
         misplaced = misplaced_subcommand(argv)

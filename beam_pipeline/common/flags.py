@@ -6,7 +6,9 @@ Imports neither Beam nor TensorFlow, so `--help` and flag errors answer at once.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+from typing import NoReturn
 
 from beam_pipeline.common import rows
 
@@ -25,9 +27,25 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class Parser(argparse.ArgumentParser):
+    """The commands' parser: a usage error is one line naming the flag (exit 2), and flags are never abbreviated.
+
+    argparse would take `--hash_distanc` for `--hash_distance`, and a flag added later would make an
+    abbreviation that worked ambiguous; Beam's own parser turns abbreviations off too.
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr, then exit 2 (argparse prints its whole usage block first)."""
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the flags)\n")
+
+
 def new_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """An ArgumentParser with the jobs' help format."""
-    return argparse.ArgumentParser(prog=prog, description=description, formatter_class=HelpFormatter)
+    """A Parser with the jobs' help format."""
+    return Parser(prog=prog, description=description, formatter_class=HelpFormatter)
 
 
 def add_csv_flags(parser: argparse.ArgumentParser, scope: str = "") -> None:
@@ -95,6 +113,63 @@ def refuse_stray_words(parser: argparse.ArgumentParser, beam_args: list[str]) ->
     if stray:
         parser.error(f"unexpected argument {stray[0]!r}: a subcommand goes first and every flag after it "
                      "(beam-image-pipeline SUBCOMMAND --flag value ...); any other word belongs to a flag")
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag a parser knows (`--image_size`, `-h`, ...)."""
+    return [option for action in parser._actions for option in action.option_strings]
+
+
+def beam_option_strings() -> set[str]:
+    """Every pipeline option Beam knows, as its runners parse them (Beam is imported: ~1 s, only when needed)."""
+    from apache_beam.options.pipeline_options import PipelineOptions, _BeamArgumentParser
+
+    parser = _BeamArgumentParser(allow_abbrev=False)
+    # What PipelineOptions.get_all_options adds, so the flags accepted here are the ones Beam reads.
+    for cls in {str(cls): cls for cls in PipelineOptions.__subclasses__()}.values():
+        cls._add_argparse_args(parser)
+    return set(option_strings(parser))
+
+
+def unknown_flag_message(flag: str, known: list[str]) -> str:
+    """'unknown flag --imag_size (did you mean --image_size?)': the suggestion only when one is close."""
+    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75)
+    return f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def refuse_unknown(parser: argparse.ArgumentParser, leftover: list[str], beam: bool) -> None:
+    """Exits 2 with usage on the first argument that is neither the parser's flag nor (`beam`) Beam's option.
+
+    argparse hands back what it does not know; a job passes the rest to Beam, which would drop an
+    unknown flag with a log line nobody sees (a misspelt `--imag_size 64` ran at 224 px). So each
+    leftover flag must be one of Beam's own pipeline options, and the words between them its values.
+    """
+    if beam:
+        refuse_stray_words(parser, leftover)
+    flags = [arg.split("=", 1)[0] for arg in leftover if arg.startswith("-") and arg != "--"]
+    if not beam and leftover and not flags:
+        parser.error(f"unexpected argument {leftover[0]!r}: every value belongs to a flag")
+    if not flags:
+        return
+    known_to_beam = beam_option_strings() if beam else set()
+    for flag in flags:
+        if flag not in known_to_beam:
+            parser.error(unknown_flag_message(flag, option_strings(parser) + sorted(known_to_beam)))
+
+
+def parse_job_flags(parser: argparse.ArgumentParser,
+                    argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """(the job's flags, Beam's pipeline options): any other argument exits 2 with usage and a suggestion."""
+    args, beam_args = parser.parse_known_args(argv)
+    refuse_unknown(parser, beam_args, beam=True)
+    return args, beam_args
+
+
+def parse_flags(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """A command's flags (no Beam pipeline): any other argument exits 2 with usage and a suggestion."""
+    args, leftover = parser.parse_known_args(argv)
+    refuse_unknown(parser, leftover, beam=False)
+    return args
 
 
 def absolute_if_local(path: str) -> str:

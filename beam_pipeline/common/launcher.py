@@ -8,7 +8,8 @@
     exit_code = MyJob(layout, beam_args, pipeline_options, ...).execute()
 
 Exit codes: 0 done; 1 the run failed (one line on stderr, the traceback in the
-run's log); 2 refused before any work (one line naming what and why).
+run's log); 2 refused before any work (one line naming what and why); 130
+interrupted (Ctrl-C); 141 stdout closed early (`console_main`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from beam_pipeline.common import flags
+from beam_pipeline.common import flags, terminal
 from beam_pipeline.common.redact import redact
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 # The job's output folder: one of the layouts in tf_serving_input.layout (OutputLayout, PredictionLayout, ...).
 LayoutT = TypeVar("LayoutT", bound="RunFolder")
 
+# The exit status of a command stopped by Ctrl-C (128 + SIGINT), as the shell reports it.
+INTERRUPTED = 130
 # How many problem names a one-line error lists before "...".
 MAX_LISTED = 10
 
@@ -65,13 +68,26 @@ def beam_options(beam_args: list[str]) -> Any:
 
 
 def console_main(run: Callable[[], int]) -> None:
-    """A console-script entry point: quiet start-up (see `quiet`), then exit with `run()`'s code."""
+    """A console-script entry point: quiet start-up (see `quiet`), then exit with `run()`'s code.
+
+    A closed stdout (`... | head -1`) ends the command quietly with 141, as SIGPIPE ends `cat`; Ctrl-C
+    with one line and 130. Both are the shell's conventions (docs/exit-codes.md).
+    """
     from beam_pipeline.common.fast_exit import skip_final_collection
     from beam_pipeline.common.quiet import quiet_startup
+    from beam_pipeline.common.terminal import quiet_broken_pipe
 
     quiet_startup(sys.argv[1:])
     skip_final_collection()
-    sys.exit(run())
+    try:
+        code = run()
+        sys.stdout.flush()  # Here, where a closed pipe can still be told apart from a failure.
+    except BrokenPipeError:
+        code = quiet_broken_pipe()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = INTERRUPTED
+    sys.exit(code)
 
 
 def listed(items: list[str], limit: int = MAX_LISTED) -> str:
@@ -136,7 +152,7 @@ class Launcher(Generic[LayoutT]):
             step.now(f"preparing the output folder {self.layout.root}")
             with OutputLock(self.layout.lock_file) as lock:
                 if lock.notice:
-                    print(f"notice: {lock.notice}", flush=True)
+                    terminal.notice(f"notice: {lock.notice}")
                 return self.locked(step, run_log)
         # mypy cannot type a starred tuple in `except`; refusals() does return exception types.
         except (Refused, csv_rows.CsvError, output_dir.OutputDirError, LockHeld,  # type: ignore[misc]
@@ -152,10 +168,10 @@ class Launcher(Generic[LayoutT]):
 
     def announce(self, header: str, finished_earlier: int) -> None:
         """Prints what the run is about to do, and what it resumes."""
-        print(header, flush=True)
+        terminal.notice(header)
         if finished_earlier:
-            print(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
-                  "configuration are checked: kept when they verify, rewritten otherwise", flush=True)
+            terminal.notice(f"Resuming: {finished_earlier} shard(s) finished by an earlier run of this input and "
+                            "configuration are checked: kept when they verify, rewritten otherwise")
 
     def run_pipeline(self, step: Step, run_log: RunLog, doing: str, build: Callable[[Pipeline], object],
                      shards: int = 0, rows: int = 0, options: PipelineOptions | None = None,

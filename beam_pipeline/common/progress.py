@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.common import terminal
 from beam_pipeline.common.files import read_json
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class ShardProgress(threading.Thread):
     """
 
     def __init__(self, layout: RunFolder, total_shards: int, total_rows: int, interval: float = 1.0,
-                 out: Callable[..., Any] = print, then: str | None = None) -> None:
+                 out: Callable[..., Any] = terminal.notice, then: str | None = None) -> None:
         """`then`: what the run does after its last shard, announced once when it completes (a pipeline
         whose steps go on after the shards, e.g. the quality job's pairs, would otherwise look stalled)."""
         super().__init__(daemon=True)
@@ -70,13 +71,13 @@ class ShardProgress(threading.Thread):
         remaining = self._total_rows - rows
         eta = format_duration(remaining / rate) if rate > 0 else "?"
         self._out(f"progress: {done}/{self._total_shards} shards, {rows}/{self._total_rows} images, "
-                  f"{rate:.1f} images/s, ETA {eta}", flush=True)
+                  f"{rate:.1f} images/s, ETA {eta}")
         self._announce_then()
 
     def _announce_then(self) -> None:
         """Prints `then` once, when every shard is complete."""
         if self._then and len(self._rows_by_status) >= self._total_shards:
-            self._out(f"progress: all {self._total_shards} shards done; now {self._then}", flush=True)
+            self._out(f"progress: all {self._total_shards} shards done; now {self._then}")
             self._then = None
 
     def run(self) -> None:

@@ -26,6 +26,7 @@ import threading
 import traceback
 from collections.abc import Iterator
 
+from beam_pipeline.common import terminal
 from beam_pipeline.common.redact import redact
 from tf_serving_input.layout import is_local
 
@@ -169,7 +170,8 @@ class RunLog:
         reader = threading.Thread(target=drain, name="stderr-to-run-log", daemon=True)
         reader.start()
         try:
-            yield
+            with terminal.stderr_kept(saved):  # Progress and notices still reach the user.
+                yield
         finally:
             sys.stderr.flush()
             os.dup2(saved, 2)

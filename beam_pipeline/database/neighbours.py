@@ -51,8 +51,10 @@ def check_query(k: int, ef_search: int | None = None) -> None:
 
 def nearest(connection, table: str, vector: Any, k: int, exact: bool = False, dataset_id: str | None = None,
             explain: bool = False, ef_search: int | None = None, split: str | None = None,
-            label: str | None = None, exact_fallback: bool = True) -> Any:
+            label: str | None = None, exact_fallback: bool = True, with_dataset: bool = False) -> Any:
     """The k rows nearest `vector` by cosine distance: [(key, source, path, label, distance)], nearest first.
+
+    `with_dataset`: [(key, source, path, label, dataset, distance)] (a table loaded with --append holds several).
 
     Uses the HNSW index at `ef_search` (see `ef_search_for`) unless `exact`. `dataset_id`, `split` and `label`
     keep only rows with those values, and still return k rows when k exist (`exact_fallback=False`: only what
@@ -73,8 +75,9 @@ def nearest(connection, table: str, vector: Any, k: int, exact: bool = False, da
     if filters:
         where = sql.SQL("WHERE ") + sql.SQL(" AND ").join(
             sql.SQL("{} = %s").format(sql.Identifier(name)) for name in filters)
-    query = sql.SQL("SELECT key, source, path, label, embedding <=> %s::{} AS distance FROM {} {} "
-                    "ORDER BY embedding <=> %s::{} LIMIT %s").format(cast, sql.Identifier(table), where, cast)
+    columns = sql.SQL("key, source, path, label, dataset" if with_dataset else "key, source, path, label")
+    query = sql.SQL("SELECT {}, embedding <=> %s::{} AS distance FROM {} {} "
+                    "ORDER BY embedding <=> %s::{} LIMIT %s").format(columns, cast, sql.Identifier(table), where, cast)
     parameters = [vector, *filters.values(), vector, k]
     with connection.transaction():
         connection.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef_search_for(k, ef_search))))

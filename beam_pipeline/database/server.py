@@ -37,7 +37,6 @@ folder. Here:
   index build's own memory is set per build (`index.py`).
 """
 
-import argparse
 import contextlib
 import fcntl
 import hashlib
@@ -319,13 +318,21 @@ class EmbeddedServer:
 
     def status(self):
         """One line: running (pid, socket) or stopped; a stale postmaster.pid is reported and removed."""
+        state = self.status_record()
+        if state["running"]:
+            kept = "kept running until `stop`" if state["kept_running"] else "stopped by the last job using it"
+            return f"running: {self.data_dir} (pid {state['pid']}, socket in {self.socket_dir}; {kept})"
+        return f"stopped: {self.data_dir}"
+
+    def status_record(self):
+        """The status for programs (`db status --format json`): running, data_dir, pid, socket_dir, kept_running."""
         if self.running():
-            kept = "kept running until `stop`" if self.keeps_running() else "stopped by the last job using it"
-            return f"running: {self.data_dir} (pid {self.pid()}, socket in {self.socket_dir}; {kept})"
+            return {"running": True, "data_dir": self.data_dir, "pid": self.pid(), "socket_dir": self.socket_dir,
+                    "kept_running": self.keeps_running()}
         if os.path.isdir(self.data_dir):
             with self._start_stop_lock():
                 self._remove_stale_pid_file()
-        return f"stopped: {self.data_dir}"
+        return {"running": False, "data_dir": self.data_dir, "pid": None, "socket_dir": None, "kept_running": False}
 
     @staticmethod
     def psql():
@@ -336,25 +343,44 @@ class EmbeddedServer:
 PROG = "beam-image-pipeline db"
 
 
-def run(argv=None, prog=PROG):
-    """`beam-image-pipeline db start|stop|status|psql|url`: manages the embedded server; returns the exit code."""
-    parser = argparse.ArgumentParser(
+def build_parser(prog=PROG):
+    """The db command's flags."""
+    from beam_pipeline.common.flags import Parser
+
+    parser = Parser(
         prog=prog,
         description="Manage the embedded PostgreSQL + pgvector server that `--database embedded` uses. It listens "
-                    "on a private Unix socket only (no TCP), reachable by this OS user alone.")
+                    "on a private Unix socket only (no TCP), reachable by this OS user alone.",
+        epilog="With psql, the arguments after it go to psql: db psql -c 'SELECT 1'.")
     parser.add_argument("command", choices=("start", "stop", "status", "psql", "url"),
                         help="start: start it and print its URL (it keeps running until stop); stop (refused while "
                              "a job uses it); status; psql: an interactive psql on it (a server it starts is "
                              "stopped after); url: its URL (started and kept running if needed).")
     parser.add_argument("--database_dir", default=None, metavar="DIR",
                         help=f"The server's data folder; default {default_database_dir()}.")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="status only: text (one line) or json (one object: running, data_dir, pid, socket_dir, "
+                             "kept_running).")
     parser.add_argument("--verbose", action="store_true", help="Accepted for symmetry with the other commands "
                                                                "(this one starts no TensorFlow).")
-    args, psql_args = parser.parse_known_args(argv)
+    return parser
+
+
+def run(argv=None, prog=PROG):
+    """`beam-image-pipeline db start|stop|status|psql|url`: manages the embedded server; returns the exit code."""
+    from beam_pipeline.common import flags, terminal
+
+    parser = build_parser(prog)
+    args, psql_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if args.command != "psql":
+        flags.refuse_unknown(parser, psql_args, beam=False)
+    if args.format == "json" and args.command != "status":
+        parser.error("--format json is for status (start, stop and url print one line; psql is interactive)")
     server = EmbeddedServer(args.database_dir or default_database_dir())
     try:
         if args.command == "status":
-            line = server.status()
+            line = server.status() if args.format == "text" else None
+            record = server.status_record() if line is None else None
         elif args.command == "stop":
             line = f"{'stopped' if server.stop() else 'was not running'}: {server.data_dir}"
         elif args.command in ("start", "url"):
@@ -367,7 +393,10 @@ def run(argv=None, prog=PROG):
                 server.release()
         for notice in server.notices:
             print(f"notice: {notice}", file=sys.stderr)
-        print(line)
+        if line is None:
+            terminal.print_json(record)
+        else:
+            print(line)
     except DatabaseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -376,4 +405,6 @@ def run(argv=None, prog=PROG):
 
 def main():
     """Console-script entry point (`python -m beam_pipeline.database`)."""
-    sys.exit(run())
+    from beam_pipeline.common.launcher import console_main
+
+    console_main(run)

@@ -122,8 +122,7 @@ def build_parser(prog=PROG):
 def parse_args(argv, prog=PROG):
     """Returns (PredictConfig, Beam arguments); exits with usage on bad flags."""
     parser = build_parser(prog)
-    args, beam_args = parser.parse_known_args(argv)
-    flags.refuse_stray_words(parser, beam_args)
+    args, beam_args = flags.parse_job_flags(parser, argv)
     if not args.load_only and not (args.input_dir or args.input_csv):
         parser.error("give --input_dir (a job's output) or --input_csv (raw images), or --load_only")
     if args.batch_size < 1 or args.top_k < 1:

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from beam_pipeline.common import flags
+from beam_pipeline.common import flags, terminal
 from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.files import export_sha256, file_digest
 from beam_pipeline.common.launcher import Launcher, Refused
@@ -260,8 +260,8 @@ class PredictLauncher(Launcher):
         try:
             url, server = database.resolve(config.database, config.database_dir)
         except database.DatabaseError as error:
-            print(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded later with "
-                  "--load_only", flush=True)
+            terminal.notice(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded "
+                            "later with --load_only")
             return
         try:
             database.check_table_accepts(url, config.table, self.export.embedding_size, config.embedding_dtype,
@@ -269,8 +269,8 @@ class PredictLauncher(Launcher):
         except database.TableRefused as error:
             raise RefusedError(str(error)) from None
         except database.DatabaseError as error:
-            print(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded later with "
-                  "--load_only", flush=True)
+            terminal.notice(f"warning: {error}; predicting anyway: the Parquet output will be kept, and loaded "
+                            "later with --load_only")
         finally:
             if server is not None:
                 server.release()
@@ -306,8 +306,8 @@ class PredictLauncher(Launcher):
                                    append=config.append)
             index_settings = config.index or database.IndexSettings()
             if index_settings.rebuild and database.drop_index(url, config.table):
-                print(f"dropped the index of table {config.table}: built again after the load (--rebuild_index)",
-                      flush=True)
+                terminal.notice(f"dropped the index of table {config.table}: built again after the load "
+                                "(--rebuild_index)")
             seconds = self.run_pipeline(
                 step, run_log, f"loading the predictions into {target}",
                 lambda pipeline: build_load_pipeline(pipeline, config.output_dir, tasks, url, config.table,
@@ -319,13 +319,13 @@ class PredictLauncher(Launcher):
             step.now(f"building the HNSW index of table {config.table} in {target}")
             index_started = time.monotonic()
             index = database.create_index(url, config.table, dataclasses.replace(index_settings, rebuild=False),
-                                          progress=_print if config.progress else None)
+                                          progress=terminal.notice if config.progress else None)
             index_seconds = time.monotonic() - index_started
             asked = f"m='{index_settings.m}'", f"ef_construction='{index_settings.ef_construction}'"
             if not all(option in index for option in asked):
-                print(f"note: table {config.table} keeps the index it had ({index.split(' WITH ')[-1]}): "
-                      f"--hnsw_m and --hnsw_ef_construction apply when it is built; --rebuild_index builds it "
-                      "again with them", flush=True)
+                terminal.notice(f"note: table {config.table} keeps the index it had ({index.split(' WITH ')[-1]}): "
+                                f"--hnsw_m and --hnsw_ef_construction apply when it is built; --rebuild_index "
+                                "builds it again with them")
             in_table = database.count_rows(url, config.table)
             of_dataset = database.count_rows(url, config.table, dataset["id"])
         finally:
@@ -356,6 +356,3 @@ class PredictLauncher(Launcher):
             return 1
         return 0
 
-
-def _print(line):
-    print(line, flush=True)

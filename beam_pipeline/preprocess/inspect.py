@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-from beam_pipeline.common import flags
+from beam_pipeline.common import flags, terminal
 from beam_pipeline.common.contact_sheet import render_contact_sheet
 from tf_serving_input import features
 from tf_serving_input.layout import OutputLayout
@@ -37,7 +37,7 @@ def sample_records(output_dir, manifest, count, split=None):
 
 
 def format_report(manifest):
-    """The manifest summary and statistics as text."""
+    """The manifest summary and statistics as text for a terminal (labels escaped and cut: `terminal.shown`)."""
     stats = manifest["statistics"]
     lines = [
         f"rows {manifest['rows']}, written {manifest['written']}, failed {manifest['failed']}",
@@ -45,7 +45,7 @@ def format_report(manifest):
                                for split, c in manifest["splits"].items()),
         f"pixel mean (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_mean'])}",
         f"pixel std  (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_std'])}",
-        f"labels ({len(stats['label_vocabulary'])}): {', '.join(stats['label_vocabulary'])}",
+        f"labels ({len(stats['label_vocabulary'])}): {', '.join(map(terminal.shown, stats['label_vocabulary']))}",
         f"config: {json.dumps(manifest['config']['preprocess'])}",
         f"wall time {manifest['wall_seconds']} s, {manifest['images_per_second']} images/s, "
         f"runner {manifest['runner']}",
@@ -72,16 +72,38 @@ def _contact_sheet_problem(args, manifest):
     return None
 
 
-def run(argv=None, prog=PROG):
-    """Prints a finished output's summary (and renders a contact sheet); returns the exit code."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+# The manifest's fields `--format json` gives (the summary `format_report` writes as text).
+SUMMARY_FIELDS = ("rows", "written", "failed", "splits", "failed_by_reason", "statistics", "wall_seconds",
+                  "images_per_second", "runner")
+
+
+def summary(manifest, contact_sheet=None, samples=None):
+    """The summary for programs (`--format json`): the manifest's counts and statistics, full text."""
+    document = {name: manifest.get(name) for name in SUMMARY_FIELDS}
+    document["config"] = manifest["config"]["preprocess"]
+    if contact_sheet:
+        document["contact_sheet"] = {"path": contact_sheet, "images": samples}
+    return document
+
+
+def build_parser(prog=PROG):
+    """The inspect command's flags."""
+    parser = flags.Parser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("output_dir", help="The --output_dir of a finished job.")
     parser.add_argument("--contact_sheet", help="Write a PNG grid of sample images with their labels here.")
     parser.add_argument("--samples", type=int, default=32, help="How many images the contact sheet shows.")
     parser.add_argument("--split", default=None, help="Only sample this split (default: all).")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text: a summary for people; json: one JSON object on stdout for programs (counts, "
+                             "splits, failures by reason, statistics, config; the full label text).")
     flags.add_verbose_flag(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def run(argv=None, prog=PROG):
+    """Prints a finished output's summary (and renders a contact sheet); returns the exit code."""
+    args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     try:
         manifest = OutputLayout(args.output_dir).load_manifest()
     except FileNotFoundError as error:
@@ -91,10 +113,15 @@ def run(argv=None, prog=PROG):
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    print(format_report(manifest))
+    if args.format == "text":
+        print(format_report(manifest), flush=True)
+    samples = []
     if args.contact_sheet:
         samples = sample_records(args.output_dir, manifest, args.samples, args.split)
         render_contact_sheet(samples, args.contact_sheet)
+    if args.format == "json":
+        terminal.print_json(summary(manifest, args.contact_sheet, len(samples)))
+    elif args.contact_sheet:
         print(f"contact sheet: {args.contact_sheet} ({len(samples)} images)")
     return 0
 

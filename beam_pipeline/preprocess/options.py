@@ -83,8 +83,7 @@ def build_parser(prog="beam-image-pipeline preprocess"):
 def parse_args(argv, prog="beam-image-pipeline preprocess"):
     """Returns (JobConfig, list of Beam pipeline arguments); exits with usage on bad flags."""
     parser = build_parser(prog)
-    args, beam_args = parser.parse_known_args(argv)
-    flags.refuse_stray_words(parser, beam_args)
+    args, beam_args = flags.parse_job_flags(parser, argv)
     try:
         preprocess = PreprocessConfig(image_size=args.image_size, resize_mode=args.resize_mode,
                                       image_format=args.image_format, jpeg_quality=args.jpeg_quality,

@@ -42,6 +42,8 @@ class QualityConfig:
     report_images: int = 8
     overwrite: bool = False
     progress: bool = True
+    # How the summary is printed at the end (text or json): not part of the run's identity (`to_dict`).
+    summary_format: str = "text"
     max_error_rate: float = 0.01
 
     def thresholds(self) -> dict[str, Any]:
@@ -115,6 +117,9 @@ def build_parser(prog: str = PROG) -> Any:
     parser.add_argument("--report_top", type=int, default=20,
                         help="Groups or images report.html shows per section (the Parquet files list all).")
     parser.add_argument("--report_images", type=int, default=8, help="Thumbnails report.html shows per group.")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="The summary printed at the end: text for people, or json (one object on stdout: "
+                             "summary.json's figures) for programs. Progress and notices go to stderr either way.")
     flags.add_run_flags(parser)
     return parser
 
@@ -146,8 +151,7 @@ def threshold_problem(args: Any) -> str | None:
 def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[str]]:
     """Returns (QualityConfig, Beam arguments); exits with usage on bad flags."""
     parser = build_parser(prog)
-    args, beam_args = parser.parse_known_args(argv)
-    flags.refuse_stray_words(parser, beam_args)
+    args, beam_args = flags.parse_job_flags(parser, argv)
     flags.check_run_flags(parser, args)
     problem = threshold_problem(args)
     if problem:
@@ -162,7 +166,8 @@ def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[s
         near_constant_contrast=args.near_constant_contrast,
         dark_brightness=args.dark_brightness, bright_brightness=args.bright_brightness,
         blur_variance=args.blur_variance, report_top=args.report_top, report_images=args.report_images,
-        overwrite=args.overwrite, progress=args.progress, max_error_rate=args.max_error_rate)
+        overwrite=args.overwrite, progress=args.progress, max_error_rate=args.max_error_rate,
+        summary_format=args.format)
     return config, flags.with_local_defaults(beam_args)
 
 

@@ -7,6 +7,7 @@ import hashlib
 import json
 from typing import Any
 
+from beam_pipeline.common import terminal
 from beam_pipeline.common.files import file_digest, file_digest_or_none
 from beam_pipeline.common.launcher import Launcher, Refused
 from tf_serving_input.layout import QualityLayout
@@ -87,12 +88,21 @@ class QualityLauncher(Launcher[QualityLayout]):
         return {"config": self.config.to_dict(), "input_sha256": job_input_sha256(self.job_manifest),
                 "predictions_sha256": predictions and hashlib.sha256(json.dumps(predictions).encode()).hexdigest()}
 
+    def print_summary(self, summary: dict[str, Any]) -> None:
+        """The run's result on stdout: the summary's lines, or (--format json) summary.json's figures."""
+        from beam_pipeline.quality.findings import format_summary
+
+        if self.config.summary_format == "json":
+            terminal.print_json({**summary, "output_dir": self.layout.root,
+                                 "report": self.layout.path(self.layout.REPORT_FILE)})
+        else:
+            print(format_summary(summary, self.layout), flush=True)
+
     def locked(self, step: Any, run_log: Any) -> int:
         """A finished run of the same input and thresholds is a no-op; otherwise prepare (resume) and run."""
         from apache_beam.io.filesystems import FileSystems
 
         from beam_pipeline.common.files import read_json
-        from beam_pipeline.quality.findings import format_summary
         from tf_serving_input.failures import INPUT_SHARD_DAMAGED
 
         layout = self.layout
@@ -104,13 +114,13 @@ class QualityLauncher(Launcher[QualityLayout]):
         if manifest is not None and not manifest.get("failed_by_reason", {}).get(INPUT_SHARD_DAMAGED):
             damaged = damaged_outputs(layout, manifest)
             if damaged:
-                print(f"note: {damaged[0]} does not match the SHA-256 the manifest recorded"
-                      f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''}: writing the findings "
-                      "again", flush=True)
+                terminal.notice(f"note: {damaged[0]} does not match the SHA-256 the manifest recorded"
+                                f"{f' (and {len(damaged) - 1} more)' if len(damaged) > 1 else ''}: writing the "
+                                "findings again")
                 return super().locked(step, run_log)
-            print(f"Nothing to do: {layout.root} already holds this run's finished output (same input and "
-                  "thresholds); pass --overwrite to redo it", flush=True)
-            print(format_summary(manifest["summary"], layout), flush=True)
+            terminal.notice(f"Nothing to do: {layout.root} already holds this run's finished output (same input "
+                            "and thresholds); pass --overwrite to redo it")
+            self.print_summary(manifest["summary"])
             return self.error_budget_code(manifest)  # A run over --max_error_rate fails again, as it did.
         return super().locked(step, run_log)
 
@@ -159,7 +169,7 @@ class QualityLauncher(Launcher[QualityLayout]):
             "outputs": {name: file_digest(layout.path(name)) for name in layout.reports()},
         }
         report.write_outputs(layout, manifest, failures)
-        print(findings.format_summary(found.summary, layout), flush=True)
+        self.print_summary(found.summary)
         return self.error_budget_code(manifest)
 
 

@@ -6,11 +6,10 @@ embeddings, and pgvector's HNSW index returns the nearest rows by cosine
 distance. `--key` searches with a stored image's own embedding instead.
 """
 
-import json
 import os
 import sys
 
-from beam_pipeline.common import flags
+from beam_pipeline.common import flags, terminal
 
 PROG = "beam-image-pipeline search"
 
@@ -106,7 +105,7 @@ def thumbnail(path, size=128):
 
 def run(argv=None, prog=PROG):
     """Runs one search; prints the neighbours; returns the exit code (0 found, 1 failed, 2 bad flags)."""
-    args = build_parser(prog).parse_args(argv)
+    args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     from beam_pipeline import database
     from beam_pipeline.common.redact import redact
 
@@ -195,28 +194,41 @@ def _search(args, url, query):
                                   f"{recorded[0][:12]}), not of {args.model_dir}: search with the export its "
                                   "predictions came from")
         neighbours = database.nearest(connection, table, vector, args.k, exact=args.exact, dataset_id=args.dataset,
-                                      ef_search=args.ef_search, split=args.split, label=args.label)
-    if args.format == "json":
-        print(json.dumps(_as_json(args, table, neighbours), ensure_ascii=False))
-    else:
-        asked = (("split", args.split), ("label", args.label), ("dataset", args.dataset))
-        shown = ", ".join(f"{name} {printable(value)!r}" for name, value in asked if value is not None)
-        print(f"{len(neighbours)} nearest to {args.key or args.image} in {table}{f' ({shown})' if shown else ''} "
-              "(cosine distance):")
-        for rank, (key, source, _, label, distance) in enumerate(neighbours, start=1):
-            print(f"{rank:3d}  {distance:.4f}  {key}  {printable(label) or '-':<12} {printable(source)}")
+                                      ef_search=args.ef_search, split=args.split, label=args.label,
+                                      with_dataset=True)
+        several_datasets = len(database.datasets_in(connection, table)) > 1
     if args.contact_sheet:
         from beam_pipeline.common.contact_sheet import render_contact_sheet
 
         tiles = [(thumbnail(query_path), "query", query_path)]
         tiles += [(thumbnail(path), f"{rank} {label} {distance:.3f}", path)
-                  for rank, (_, _, path, label, distance) in enumerate(neighbours, start=1)]
+                  for rank, (_, _, path, label, _, distance) in enumerate(neighbours, start=1)]
         try:
             render_contact_sheet(tiles, args.contact_sheet, columns=min(len(tiles), 9))
         except (OSError, ValueError) as error:
             raise SearchError(f"--contact_sheet {args.contact_sheet} could not be written: {error}") from None
-        print(f"contact sheet: {args.contact_sheet}")
+    if args.format == "json":
+        terminal.print_json(_as_json(args, table, neighbours))
+        return 0
+    print(format_neighbours(args, table, neighbours, several_datasets))
+    if args.contact_sheet:
+        print(f"contact sheet: {terminal.shown(args.contact_sheet, terminal.PATH_WIDTH)}")
     return 0
+
+
+def format_neighbours(args, table, neighbours, several_datasets):
+    """The neighbours as a table for a terminal: a dataset column when the table holds several datasets;
+    stored text escaped and cut (`terminal.shown`)."""
+    asked = (("split", args.split), ("label", args.label), ("dataset", args.dataset))
+    filters = ", ".join(f"{name} {terminal.shown(value)!r}" for name, value in asked if value is not None)
+    query = terminal.shown(args.key or args.image, terminal.PATH_WIDTH)
+    lines = [f"{len(neighbours)} nearest to {query} in {table}{f' ({filters})' if filters else ''} "
+             "(cosine distance):"]
+    for rank, (key, source, _, label, dataset, distance) in enumerate(neighbours, start=1):
+        column = f"{terminal.shown(dataset, 16):<16}  " if several_datasets else ""
+        lines.append(f"{rank:3d}  {distance:.4f}  {column}{key}  {terminal.shown(label) or '-':<12} "
+                     f"{terminal.shown(source, terminal.PATH_WIDTH)}")
+    return "\n".join(lines)
 
 
 def _as_json(args, table, neighbours):
@@ -225,17 +237,12 @@ def _as_json(args, table, neighbours):
 
     return {
         "query": {"key": args.key, "image": args.image}, "table": table, "k": args.k,
+        "contact_sheet": args.contact_sheet,
         "filters": {"split": args.split, "label": args.label, "dataset": args.dataset},
         "ef_search": None if args.exact else database.ef_search_for(args.k, args.ef_search), "exact": args.exact,
         "neighbours": [{"rank": rank, "key": key, "source": source, "path": path, "label": label,
-                        "distance": float(distance)}
-                       for rank, (key, source, path, label, distance) in enumerate(neighbours, start=1)]}
-
-
-def printable(text, limit=200):
-    """Stored text as one terminal line: control characters escaped, long text cut."""
-    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return shown if len(shown) <= limit else shown[:limit] + "..."
+                        "dataset": dataset, "distance": float(distance)}
+                       for rank, (key, source, path, label, dataset, distance) in enumerate(neighbours, start=1)]}
 
 
 def main():

@@ -89,7 +89,7 @@ def database_choice(args) -> str | None:
 
 def run(argv: list[str] | None = None, prog: str = PROG) -> int:
     """Starts the UI and serves until interrupted; returns the exit code (1 cannot start, 2 bad flags)."""
-    args = build_parser(prog).parse_args(argv)
+    args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     refusal = _refusal(args)
     if refusal:
         print(f"error: {refusal}", file=sys.stderr)

@@ -13,7 +13,7 @@ def test_lines_report_completed_shards_rows_and_eta(tmp_path):
     (tmp_path / "shards" / "train-00000-of-00003.json").write_text(json.dumps({"rows": 10}))  # An earlier run's.
     lines = []
     progress = ShardProgress(layout, total_shards=3, total_rows=30, interval=0.01,
-                             out=lambda line, flush: lines.append(line))
+                             out=lines.append)
     (tmp_path / "shards" / "train-00001-of-00003.json").write_text(json.dumps({"rows": 10}))
     (tmp_path / "shards" / "train-00002-of-00003.json.x.incomplete").write_text("{")  # Not a status yet.
     progress.start()
@@ -37,7 +37,7 @@ def _started_monitor(tmp_path, shards, interval):
     (tmp_path / "shards").mkdir(exist_ok=True)
     lines = []
     progress = ShardProgress(OutputLayout(str(tmp_path)), total_shards=shards, total_rows=10 * shards,
-                             interval=interval, out=lambda line, flush: lines.append(line),
+                             interval=interval, out=lines.append,
                              then="finding near-duplicate pairs")
     progress.start()
     return progress, lines

@@ -155,7 +155,10 @@ def test_a_lock_left_by_a_dead_run_is_taken_over_with_a_notice(tmp_path, capsys)
     argv = ["--input_csv", str(csv_path), "--output_dir", str(out), "--image_size", "8", "--no_progress",
             "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
     assert main.run(argv) == 0
-    assert "taking over the lock of a run that is gone" in capsys.readouterr().out
+    said = capsys.readouterr()
+    # Notices and progress on stderr; stdout carries the result (the summary) only.
+    assert "taking over the lock of a run that is gone" in said.err and "writing 3 shards" in said.err
+    assert said.out.lstrip().startswith("Summary") and "taking over" not in said.out and "shards to" not in said.out
     assert not (out / ".lock").exists()
 
 

@@ -177,3 +177,53 @@ def test_nearest_checks_k_and_the_table(pg):
         with pytest.raises(database.DatabaseError, match="no table missing"):
             database.nearest(connection, "missing", np.array([1, 0, 0, 0], np.float32), 3)
         assert len(database.nearest(connection, "holds", np.array([1, 0, 0, 0], np.float32), 3, dataset_id="d2")) == 3
+
+
+HOSTILE_LABEL = "\u202e" + "x" * 10_000  # A right-to-left override, then ten thousand characters.
+
+
+@pytest.fixture(scope="module")
+def two_datasets(pg):
+    """Table two_datasets: d1's 5 rows and d2's 1,200 rows (labelled HOSTILE_LABEL), sharing keys."""
+    other = dict(DATASET, id="d2", source="/jobs/b")
+    database.prepare_table(pg, "two_datasets", 4, "float32", DATASET)
+    database.prepare_table(pg, "two_datasets", 4, "float32", other, append=True)
+    with database.connect(pg) as connection:
+        database.upsert_table(connection, "two_datasets", "d1", predictions(5))
+        database.upsert_table(connection, "two_datasets", "d2", predictions(1200, label=HOSTILE_LABEL))
+        connection.commit()
+    return "two_datasets"
+
+
+def test_search_names_the_dataset_of_each_neighbour_when_a_table_holds_several(pg, two_datasets):
+    import json
+
+    import in_process
+
+    key = f"{0:016x}"
+    shown = in_process.search("--database", pg, "--table", two_datasets, "--key", key, "--dataset", "d1", "-k", 3)
+    assert shown.returncode == 0, shown.stderr
+    rows = shown.stdout.splitlines()[1:]
+    assert len(rows) == 3 and all(row.split()[2] == "d1" for row in rows), shown.stdout
+    mixed = in_process.search("--database", pg, "--table", two_datasets, "--key", key, "--dataset", "d2", "-k", 1000)
+    lines = mixed.stdout.splitlines()
+    assert len(lines) == 1001 and {line.split()[2] for line in lines[1:]} == {"d2"}
+    # The label as a terminal shows it: the override escaped, cut to a sane width; the JSON keeps it whole.
+    assert "\u202e" not in mixed.stdout and "\\u202exxx" in lines[1] and max(map(len, lines)) < 200
+    as_json = json.loads(in_process.search("--database", pg, "--table", two_datasets, "--key", key,
+                                           "--dataset", "d2", "-k", 2, "--format", "json").stdout)
+    assert [n["dataset"] for n in as_json["neighbours"]] == ["d2", "d2"]
+    assert as_json["neighbours"][0]["label"] == HOSTILE_LABEL
+
+
+@pytest.mark.slow  # A real command line in a subprocess, and a real pipe into `head`.
+def test_search_into_head_prints_one_line_and_no_traceback(pg, two_datasets):
+    import subprocess
+    import sys
+
+    command = (f"set -o pipefail; {sys.executable} -m beam_pipeline.search --database '{pg}' --table {two_datasets} "
+               f"--key {0:016x} --dataset d2 -k 1000 | head -1")
+    # 1,000 lines (about 100 KB) do not fit the pipe's buffer: the command writes into a closed pipe.
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.stdout.startswith("1000 nearest to") and result.stdout.count("\n") == 1
+    assert result.stderr == "" and result.returncode == 141  # Ended by the closed pipe, as `cat` would be.

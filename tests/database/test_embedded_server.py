@@ -166,3 +166,21 @@ def test_the_server_starts_with_the_bulk_load_settings(tmp_path, servers):
     server.release()
     wanted = {name: value.replace("4096MB", "4GB") for name, value in server_settings().items()}
     assert running == wanted
+
+
+def test_db_status_as_json_for_programs(tmp_path, servers, capsys):
+    import json
+
+    from beam_pipeline.database import server as db_command
+
+    data_dir = str(tmp_path / "pgdata")
+    assert db_command.run(["status", "--database_dir", data_dir, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"running": False, "data_dir": data_dir, "pid": None,
+                                                   "socket_dir": None, "kept_running": False}
+    kept = EmbeddedServer(data_dir)
+    servers.append(kept)
+    kept.start(keep_running=True)
+    kept.release()
+    assert db_command.run(["status", "--database_dir", data_dir, "--format", "json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["running"] is True and status["pid"] == kept.pid() and status["kept_running"] is True

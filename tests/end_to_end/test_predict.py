@@ -111,7 +111,7 @@ def test_every_row_is_in_the_table_once_and_reruns_change_nothing(sample_job, mo
     # The same command again: every shard verified and kept, the rows upserted again.
     again = predict("--model_dir", model_and_export[1], "--input_dir", sample_job, "--output_dir", out,
                     "--database", pg, "--table", "sample", "--batch_size", 32)
-    assert again.returncode == 0 and "Resuming: 16 shard(s)" in again.stdout, again.stderr[-3000:]
+    assert again.returncode == 0 and "Resuming: 16 shard(s)" in again.stderr, again.stderr[-3000:]
     assert table_snapshot(pg, "sample") == before
 
     # Killed part-way into another folder, then the same command: the table is again identical.

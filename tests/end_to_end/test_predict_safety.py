@@ -23,6 +23,7 @@ import imaging
 import in_process
 import outputs
 import postgres_servers
+import said
 import scaleout
 from beam_pipeline import database
 from beam_pipeline.database.server import EmbeddedServer
@@ -96,7 +97,7 @@ _STARTUP_NOISE = re.compile(r"^(WARNING: All log messages before absl::Initializ
 
 def one_line(stderr):
     """The one `error: ...` line stderr holds (asserted: nothing else, no traceback)."""
-    lines = [line for line in stderr.splitlines() if line.strip() and not _STARTUP_NOISE.match(line)]
+    lines = [line for line in said.problems(stderr) if not _STARTUP_NOISE.match(line)]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in stderr, stderr[-3000:]
     return lines[0]
 
@@ -290,7 +291,7 @@ def test_a_password_appears_nowhere_across_a_killed_run_and_its_rerun(world, pg,
     killed_out, killed_err = process.communicate()
     rerun = predict(*command[3:])  # The same command, in this process: it takes over the killed run's lock.
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "postgres:***@" in lock and "taking over the lock" in rerun.stdout
+    assert "postgres:***@" in lock and "taking over the lock" in rerun.stderr
     written = [lock, killed_out, killed_err, rerun.stdout, rerun.stderr]
     for path in out.rglob("*"):
         if path.is_file() and path.suffix != ".parquet":

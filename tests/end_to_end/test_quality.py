@@ -23,6 +23,7 @@ from PIL import Image
 
 import imaging
 import in_process
+import said
 from conftest import SAMPLE_DIR
 
 HOSTILE_NAME = 'it\'s "quoted" <b>&amp; ünï\ncode.png'
@@ -211,9 +212,12 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     _, _, _, out, quality_out, _ = finished
     before = {name: (quality_out / name).read_bytes() for name in ("duplicate_groups.parquet", "clean_split.csv",
                                                                      "image_flags.parquet")}
-    again = quality("--input_dir", out, "--output_dir", quality_out)
+    again = quality("--input_dir", out, "--output_dir", quality_out, "--format", "json")
     assert again.returncode == 0, again.stderr
-    assert "Nothing to do" in again.stdout
+    assert "Nothing to do" in again.stderr  # A notice; stdout holds the result only: the summary, as JSON.
+    summary = json.loads(again.stdout)
+    assert summary == {**json.loads((quality_out / "summary.json").read_text()), "output_dir": str(quality_out),
+                       "report": str(quality_out / "report.html")}
     # Lose a signals shard, its status and the report: the same command resumes and rebuilds them.
     status = sorted((quality_out / "shards").glob("*.json"))[0]
     (quality_out / "signals" / (status.stem + ".parquet")).unlink()
@@ -221,7 +225,7 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     (quality_out / "report.html").unlink()
     resumed = quality("--input_dir", out, "--output_dir", quality_out)
     assert resumed.returncode == 0, resumed.stderr
-    assert "Resuming" in resumed.stdout
+    assert "Resuming" in resumed.stderr
     assert (quality_out / "report.html").exists()
     for name, data in before.items():
         assert (quality_out / name).read_bytes() == data, name
@@ -232,8 +236,8 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     groups.write_bytes(bytes(damaged))
     repaired = quality("--input_dir", out, "--output_dir", quality_out)
     assert repaired.returncode == 0, repaired.stderr
-    assert f"note: {groups} does not match the SHA-256 the manifest recorded" in repaired.stdout
-    assert "Nothing to do" not in repaired.stdout and groups.read_bytes() == before["duplicate_groups.parquet"]
+    assert f"note: {groups} does not match the SHA-256 the manifest recorded" in repaired.stderr
+    assert "Nothing to do" not in repaired.stderr and groups.read_bytes() == before["duplicate_groups.parquet"]
     other = quality("--input_dir", out, "--output_dir", quality_out, "--hash_distance", "4")
     assert other.returncode == 2
     assert len(other.stderr.strip().splitlines()) == 1 and "--overwrite" in other.stderr
@@ -327,7 +331,7 @@ def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_pa
     quality_out = tmp_path / "quality"
     done = quality("--input_dir", damaged, "--output_dir", quality_out)
     assert done.returncode == 1  # More than --max_error_rate of the rows could not be measured.
-    assert "rows failed" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "rows failed" in done.stderr and len(said.problems(done.stderr)) == 1
     errors = [json.loads(line) for line in (quality_out / "errors.jsonl").read_text().splitlines()]
     assert len(errors) == shard["records"]
     assert {e["reason"] for e in errors} == {"input_shard_damaged"}
@@ -340,8 +344,8 @@ def test_a_damaged_job_shard_is_not_measured_and_its_rows_are_listed(job, tmp_pa
     kept = {path: path.stat().st_mtime_ns for path in (quality_out / "signals").glob("*.parquet")
             if path.stem != os.path.basename(shard["file"]).split(".")[0]}
     again = quality("--input_dir", damaged, "--output_dir", quality_out)
-    assert "Nothing to do" not in again.stdout
-    assert again.returncode == 1 and again.stderr == done.stderr
+    assert "Nothing to do" not in again.stderr
+    assert again.returncode == 1 and said.problems(again.stderr) == said.problems(done.stderr)
     assert {path: path.stat().st_mtime_ns for path in kept} == kept
     # Repaired (as the rerun of the preprocessing job does), the same command measures it: no --overwrite
     # needed (a no-op kept the stale failure and exited 1).

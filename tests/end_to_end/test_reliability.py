@@ -73,7 +73,7 @@ def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_p
 
     resumed = run_job_here(big_dataset, out, "--num_shards", "12")  # Resumed in memory: the same bytes.
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming:" in resumed.stdout
+    assert "Resuming:" in resumed.stderr
     assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)
     first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
     for key in ("rows", "written", "failed", "splits", "shards", "failed_by_reason"):

@@ -95,3 +95,41 @@ def test_job_runs_from_the_sdist_install_outside_the_repository(sdist_venv):
     assert (manifest["rows"], manifest["written"], manifest["failed"]) == (len(rows), len(rows) - 1, 1)
     assert manifest["versions"]["beam-image-pipeline"] == "0.1.0"
     assert manifest["statistics"]["label_vocabulary"]
+
+
+# What docs/getting-started.md ("What the packages hold") says the sdist and the wheel hold, besides every module.
+SDIST_FILES = ("LICENSE", "README.md", "pyproject.toml", "setup.py")
+PACKAGE_DATA = "beam_pipeline/ui/templates/"
+NOT_BUILD_INPUTS = (".venv", ".git", ".cache", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis", "build",
+                    "dist", "output", "site", "*.egg-info", "__pycache__")
+
+
+def test_a_release_build_warns_of_nothing_and_holds_what_the_docs_say(tmp_path):
+    import shutil
+    import tarfile
+    import zipfile
+
+    source = tmp_path / "source"  # The tree as a clean clone has it: nothing built in it yet.
+    shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(*NOT_BUILD_INPUTS))
+    built = run([sys.executable, "-m", "build", "--no-isolation", "--outdir", tmp_path / "dist", source],
+                env=clean_env())
+    log = (built.stdout + built.stderr).lower()
+    # setuptools' deprecations (a license table, say) arrive as warnings in the build's output.
+    assert "deprecat" not in log and "setuptoolswarning" not in log, log[-3000:]
+    modules = sorted(os.path.relpath(path, source) for package in OWN_PACKAGES
+                     for path in glob.glob(str(source / package / "**" / "*.py"), recursive=True))
+    templates = sorted(os.path.relpath(path, source) for path in glob.glob(str(source / PACKAGE_DATA / "*.html")))
+    assert modules and templates
+    (sdist,) = glob.glob(str(tmp_path / "dist" / "*.tar.gz"))
+    with tarfile.open(sdist) as archive:
+        in_sdist = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    assert set(SDIST_FILES) | set(modules) | set(templates) <= in_sdist, set(SDIST_FILES + tuple(modules)) - in_sdist
+    (wheel,) = glob.glob(str(tmp_path / "dist" / "*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = set(archive.namelist())
+        (metadata,) = [name for name in in_wheel if name.endswith(".dist-info/METADATA")]
+        headers = archive.read(metadata).decode()
+    assert set(modules) | set(templates) <= in_wheel, set(modules) - in_wheel
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in in_wheel)
+    assert "License-Expression: Apache-2.0" in headers and "License-File: LICENSE" in headers
+    assert not any(name.startswith(("tests/", "scripts/", "docs/")) for name in in_wheel)

@@ -14,6 +14,27 @@ def test_the_summary_and_a_contact_sheet(tiny_job, tmp_path, capsys):
     assert sheet.read_bytes().startswith(b"\x89PNG")
 
 
+def test_the_summary_as_json_for_programs(tiny_job, capsys):
+    import json
+
+    out, _, rows = tiny_job
+    assert inspect.run([out, "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = json.loads((out / "manifest.json").read_text()) if hasattr(out, "read_text") else None
+    assert summary["rows"] == len(rows) and summary["statistics"]["label_vocabulary"]
+    assert manifest is None or summary["splits"] == manifest["splits"]
+
+
+def test_labels_are_escaped_and_cut_in_the_terminal_summary():
+    manifest = {"rows": 1, "written": 1, "failed": 0, "splits": {}, "failed_by_reason": {},
+                "statistics": {"pixel_mean": [0, 0, 0], "pixel_std": [1, 1, 1],
+                               "label_vocabulary": ["cat\u202egpj", "\x1b[2J" + "y" * 10_000]},
+                "config": {"preprocess": {}}, "wall_seconds": 1, "images_per_second": 1, "runner": "x"}
+    text = inspect.format_report(manifest)
+    assert "\u202e" not in text and "\x1b" not in text and "cat\\u202egpj" in text
+    assert max(map(len, text.splitlines())) < 200
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--samples", "0"], "--samples must be at least 1"),
     (["--split", "nosuch"], "--split 'nosuch': "),

@@ -1,0 +1,104 @@
+"""What a command prints to a terminal: stored text made safe to show, and an exit that a closed pipe keeps quiet.
+
+Labels and paths come from someone else's CSV. Shown raw, a label can hold an escape
+sequence that rewrites the terminal, a right-to-left override that makes `cat.jpg` read
+`gpj.tac`, or ten thousand characters. `shown` escapes every control, format (bidi,
+zero-width) and separator character the way Python writes it (`\\u202e`) and cuts the text
+to a width; the files a job writes keep the full text. Pure Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+# Labels are short in practice; paths get a line's worth.
+LABEL_WIDTH = 60
+PATH_WIDTH = 120
+ELLIPSIS = "..."
+
+
+def escaped(text: str) -> str:
+    """`text` with every character a terminal would act on, or hide, written as an escape ('\\x1b', '\\u202e')."""
+    # str.isprintable is False for the categories Cc (controls), Cf (bidi overrides, zero-width
+    # characters), Cs, Co, Cn and the separators but ' ': exactly the characters to escape.
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def shown(text: str | None, width: int = LABEL_WIDTH) -> str:
+    """Stored text as one safe terminal cell: escaped (see `escaped`), cut to `width` characters with '...'."""
+    if text is None:
+        return ""
+    safe = escaped(text)
+    if len(safe) <= width:
+        return safe
+    return safe[:max(width - len(ELLIPSIS), 0)] + ELLIPSIS
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout, for programs (`--format json`): full text, non-ASCII as is."""
+    print(json.dumps(value, ensure_ascii=False, default=str))
+
+
+# The status of a process killed by SIGPIPE as the shell reports it (128 + 13): what `cat` and `head` give.
+BROKEN_PIPE_STATUS = 141
+
+
+def quiet_broken_pipe() -> int:
+    """After a BrokenPipeError on stdout (`... | head -1`): stdout to /dev/null, so the exit flush cannot fail
+    again and print a traceback; returns the status to exit with."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # No stdout descriptor (embedded): nothing to silence.
+        pass
+    return BROKEN_PIPE_STATUS
+
+
+# Where notices go while a run captures descriptor 2 (run_errors.RunLog): the terminal's stderr, kept aside.
+_terminal_stderr: TextIO | None = None
+
+
+def notice(line: str) -> None:
+    """A progress line, notice or warning for the user: to stderr (stdout carries only results), at once."""
+    stream = _terminal_stderr or sys.stderr
+    try:
+        print(line, file=stream, flush=True)
+    except ValueError:  # The kept stream closed as the run ended (a progress thread's last line).
+        print(line, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def stderr_kept(terminal_fd: int) -> Iterator[None]:
+    """While descriptor 2 is captured into a run's log, `notice` still writes to the terminal (`terminal_fd`).
+
+    Only when sys.stderr is descriptor 2 itself: a caller that replaced sys.stderr (a test reading
+    what the command says) keeps getting the notices there.
+    """
+    global _terminal_stderr
+    try:
+        real = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError.
+        real = False
+    if not real:
+        yield
+        return
+    stream = open(os.dup(terminal_fd), "w", encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace")
+    previous, _terminal_stderr = _terminal_stderr, stream
+    try:
+        yield
+    finally:
+        _terminal_stderr = previous
+        stream.close()
