@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common import progress
+from beam_pipeline.common import progress, terminal
 
 if TYPE_CHECKING:
     from tf_serving_input.layout import RunFolder
@@ -156,21 +156,24 @@ def _ending(manifest: dict[str, Any], layout: RunFolder) -> list[SummaryRow]:
     """The time, output and (when rows failed) errors lines."""
     rows: list[SummaryRow] = [("time", f"{progress.format_duration(manifest['wall_seconds'])} "
                      f"({manifest['images_per_second']} images/s)"),
-            ("output", layout.root)]
-    return rows + ([("errors", layout.errors_file)] if manifest["failed"] else [])
+            ("output", terminal.shown(layout.root, terminal.PATH_WIDTH))]
+    errors = [("errors", terminal.shown(layout.errors_file, terminal.PATH_WIDTH))] if manifest["failed"] else []
+    return rows + errors
 
 
 def format_summary(manifest: dict[str, Any], layout: RunFolder) -> str:
-    """The human summary table printed at the end of a run."""
+    """The human summary table printed at the end of a run (stored text escaped and cut: `terminal.shown`)."""
     stats = manifest["statistics"]
     vocabulary = stats["label_vocabulary"]
     return _summary(
         _counts(manifest, "written")
-        + [(f"split {split}", f"{counts['written']} written, {counts['failed']} failed, {counts['shards']} shards")
+        + [(f"split {terminal.shown(split, 16)}",
+            f"{counts['written']} written, {counts['failed']} failed, {counts['shards']} shards")
            for split, counts in manifest["splits"].items()]
         + [("pixel mean (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_mean"])),
            ("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"])),
-           ("labels", f"{len(vocabulary)}: {', '.join(vocabulary[:10])}{' ...' if len(vocabulary) > 10 else ''}")]
+           ("labels", f"{len(vocabulary)}: {', '.join(map(terminal.shown, vocabulary[:10]))}"
+                      f"{' ...' if len(vocabulary) > 10 else ''}")]
         + _ending(manifest, layout))
 
 
@@ -179,6 +182,6 @@ def format_prediction_summary(manifest: dict[str, Any], layout: RunFolder) -> st
     model = manifest["model"]
     return _summary(
         _counts(manifest, "predicted")
-        + [("model", f"{model['model_dir']} ({model['signature']})"),
+        + [("model", f"{terminal.shown(model['model_dir'], terminal.PATH_WIDTH)} ({model['signature']})"),
            ("embedding", f"{model['embedding_size']} x {model['embedding_dtype']}, unit length")]
         + _ending(manifest, layout))

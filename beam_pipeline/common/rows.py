@@ -18,6 +18,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from beam_pipeline.common import terminal
 from tf_serving_input import failures
 
 if TYPE_CHECKING:
@@ -203,8 +204,9 @@ def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns()) -> I
                            f"'{columns.path}' column, then one row per image")
         names = [cell.strip() for cell in header]
         if columns.path not in names:
+            header = terminal.shown(str(names), terminal.PATH_WIDTH)
             raise CsvError(f"{csv_path}: line {reader.line_num}: no '{columns.path}' column in the header "
-                           f"{names}; name the path column with --path_column")
+                           f"{header}; name the path column with --path_column")
         path_at = names.index(columns.path)
         label_at = names.index(columns.label) if columns.label in names else None
         split_at = names.index(columns.split) if columns.split in names else None
@@ -230,14 +232,14 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
 
     split = cell(split_at).strip() or DEFAULT_SPLIT
     if not _SPLIT_NAME.match(split):
-        raise CsvError(f"{csv_path}: line {line}: split {split!r} is not a valid split name "
+        raise CsvError(f"{csv_path}: line {line}: split '{terminal.shown(split)}' is not a valid split name "
                        "(letters, digits, '_' and '-' only)")
     label = cell(label_at)
     bad = next((char for char in label if char in _LABEL_BREAKERS), None)
     if bad is not None:
-        raise CsvError(f"{csv_path}: line {line}: label {label[:60]!r} holds {_LABEL_BREAKERS[bad]}, which a label "
-                       "cannot hold (the statistics' vocabulary is one label per line, and the database's text "
-                       "cannot hold NUL): remove it")
+        raise CsvError(f"{csv_path}: line {line}: label '{terminal.shown(label)}' holds {_LABEL_BREAKERS[bad]}, "
+                       "which a label cannot hold (the statistics' vocabulary is one label per line, and the "
+                       "database's text cannot hold NUL): remove it")
     source = cell(path_at)
     return Row(index=index, line=line, source=source,
                path=resolve_path(source, csv_path) if source.strip() else "",

@@ -63,3 +63,12 @@ def test_each_shard_in_the_manifest_carries_the_framing_digest_its_status_has():
     manifest, _ = report.build_manifest(job, statuses, ([1.0] * 3, [1.0] * 3, ["cat"]), 2.0, "FnApiRunner")
     assert [s.get("framing_sha256") for s in manifest["shards"]] == ["cd" * 32, None]
     assert all(s["sha256"] == "ab" * 32 for s in manifest["shards"])
+
+
+def test_the_summary_escapes_and_cuts_labels_the_manifest_keeps_whole(manifest_and_failures, tmp_path):
+    manifest, _ = manifest_and_failures
+    label = "\u202e" + "L" * 10_000
+    manifest = {**manifest, "statistics": {**manifest["statistics"], "label_vocabulary": [label, "cat\x1b[2J"]}}
+    summary = report.format_summary(manifest, OutputLayout(str(tmp_path)))
+    assert "\u202e" not in summary and "\x1b" not in summary and "\\u202eLLL" in summary and "cat\\x1b[2J" in summary
+    assert max(map(len, summary.splitlines())) < 200  # Not ten thousand characters in the terminal.
