@@ -75,7 +75,7 @@ def console_main(run: Callable[[], int]) -> None:
     """
     from beam_pipeline.common.fast_exit import skip_final_collection
     from beam_pipeline.common.quiet import quiet_startup
-    from beam_pipeline.common.terminal import quiet_broken_pipe
+    from beam_pipeline.common.terminal import quiet_broken_pipe, report_interrupt
 
     quiet_startup(sys.argv[1:])
     skip_final_collection()
@@ -85,7 +85,7 @@ def console_main(run: Callable[[], int]) -> None:
     except BrokenPipeError:
         code = quiet_broken_pipe()
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        report_interrupt()
         code = INTERRUPTED
     sys.exit(code)
 

@@ -204,9 +204,9 @@ def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns()) -> I
                            f"'{columns.path}' column, then one row per image")
         names = [cell.strip() for cell in header]
         if columns.path not in names:
-            header = terminal.shown(str(names), terminal.PATH_WIDTH)
+            shown = terminal.shown(str(names), terminal.PATH_WIDTH)
             raise CsvError(f"{csv_path}: line {reader.line_num}: no '{columns.path}' column in the header "
-                           f"{header}; name the path column with --path_column")
+                           f"{shown}; name the path column with --path_column")
         path_at = names.index(columns.path)
         label_at = names.index(columns.label) if columns.label in names else None
         split_at = names.index(columns.split) if columns.split in names else None

@@ -172,7 +172,13 @@ class RunLog:
         try:
             with terminal.stderr_kept(saved):  # Progress and notices still reach the user.
                 yield
-        finally:
+        except KeyboardInterrupt:
+            # Ctrl-C stops the runner's threads and worker processes, which fail noisily as they go (gRPC
+            # tracebacks): that noise stays in this pipe, and the user gets one line (the command exits 130).
+            sys.stderr.flush()
+            terminal.report_interrupt(saved)
+            raise
+        else:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)

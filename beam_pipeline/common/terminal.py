@@ -67,6 +67,23 @@ def quiet_broken_pipe() -> int:
     return BROKEN_PIPE_STATUS
 
 
+INTERRUPTED_LINE = "interrupted"
+# Whether the interrupt's one line was written already (a run's log captured descriptor 2 when Ctrl-C came).
+_interrupt_reported = False
+
+
+def report_interrupt(terminal_fd: int | None = None) -> None:
+    """Writes the one line of a Ctrl-C, once: to `terminal_fd` (the terminal kept aside) or stderr."""
+    global _interrupt_reported
+    if _interrupt_reported:
+        return
+    _interrupt_reported = True
+    if terminal_fd is None:
+        print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
+    else:
+        os.write(terminal_fd, f"{INTERRUPTED_LINE}\n".encode())
+
+
 # Where notices go while a run captures descriptor 2 (run_errors.RunLog): the terminal's stderr, kept aside.
 _terminal_stderr: TextIO | None = None
 

@@ -12,6 +12,7 @@ import pytest
 import imaging
 import in_process
 import outputs
+import said
 from tf_serving_input.layout import OutputLayout
 
 
@@ -52,6 +53,28 @@ def uninterrupted(big_dataset, tmp_path_factory):
     out = tmp_path_factory.mktemp("uninterrupted") / "out"
     run_job(big_dataset, out, "--num_shards", "12")
     return out
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, uninterrupted, tmp_path):
+    out = tmp_path / "out"
+    # Ctrl-C in a terminal: SIGINT to the launcher and its worker processes (one process group).
+    process = subprocess.Popen(job_command(big_dataset, out, "--num_shards", "12"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    status_dir = out / OutputLayout.STATUS_DIR
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if status_dir.exists() and list(status_dir.glob("*.json")):
+            break
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    # One line, not the gRPC tracebacks of the runner's threads as its workers stop; no summary.
+    assert said.problems(stderr) == ["interrupted"] and "Traceback" not in stderr, stderr[-3000:]
+    assert stdout == "" and not (out / OutputLayout.MANIFEST_FILE).exists() and not (out / ".lock").exists()
+    resumed = run_job_here(big_dataset, out, "--num_shards", "12")
+    assert resumed.returncode == 0 and "Resuming:" in resumed.stderr, resumed.stderr[-3000:]
+    assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)
 
 
 def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_path):
