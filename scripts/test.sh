@@ -2,7 +2,8 @@
 # Sets up .venv if needed and runs the whole test suite (what CI runs, through .ci/run):
 #   scripts/test.sh [pytest args]
 # 0. the fast lane (seconds): ruff (lint), mypy (types of tf_serving_input/, common/ and the model
-#    handler) and lint-imports (the layout rule of ARCHITECTURE.md); the tests run only when it passes;
+#    handler), lint-imports (the layout rule of ARCHITECTURE.md) and `mkdocs build --strict` (the docs
+#    site: a broken link, a missing page or a lost reference marker fails); the tests run only when it passes;
 # 1. the unit tests: pytest over tests/ on both cores (pytest-xdist, `-n 2`: docs/testing.md says why and
 #    what it measured; the pytest args apply here; tests/scale_out/test_flink.py and
 #    tests/scale_out/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
@@ -22,13 +23,16 @@ started=$SECONDS
 source scripts/_venv.sh "[test]"
 timed "install (.venv)" $((SECONDS - started))
 
-echo "== Fast lane: ruff, mypy, lint-imports =="
+echo "== Fast lane: ruff, mypy, lint-imports, mkdocs build --strict =="
 started=$SECONDS
 .venv/bin/ruff check .
 .venv/bin/mypy
 # lint-imports prints a banner: show only its verdicts, or everything when a contract breaks.
 contracts="$(.venv/bin/lint-imports --no-cache 2>&1)" || { echo "$contracts"; exit 1; }
 grep -E "KEPT|BROKEN|^Contracts:" <<< "$contracts"
+# The site goes to .cache/site (ignored); its log only when the build fails.
+site_log="$(.venv/bin/mkdocs build --strict --site-dir .cache/site 2>&1)" || { echo "$site_log"; exit 1; }
+echo "docs site: built (mkdocs build --strict)"
 timed "fast lane" $((SECONDS - started))
 
 # The UI's browser test drives the OS's Chromium: installed here when missing (CI: Debian, root).
