@@ -81,6 +81,10 @@ TYPOS = [
     (["inspect", "out", "--formt=json"], "--formt", "--format"),
     (["db", "status", "--databse_dir", "d"], "--databse_dir", "--database_dir"),
     (["ui", "--input_dir", "j", "--prot", "8000"], "--prot", "--port"),
+    # A typo of a required flag: named as the typo, not as the required flag it hid.
+    (["preprocess", "--input_cs", "a.csv", "--output_dir", "o"], "--input_cs", "--input_csv"),
+    (["predict", "--model_dir", "m", "--input_cvs", "a.csv", "--output_dir", "o"], "--input_cvs", "--input_csv"),
+    (["db", "--databse_dir", "d", "status"], "--databse_dir", "--database_dir"),
     # A misspelt Beam option is refused too, with Beam's own name.
     (["preprocess", "--input_csv", "a.csv", "--output_dir", "o", "--direct_num_worker", "1"], "--direct_num_worker",
      "--direct_num_workers"),
@@ -145,3 +149,24 @@ def test_version(capsys):
 
     assert cli.run(["--version"]) == 0
     assert capsys.readouterr().out == f"beam-image-pipeline {metadata.version('beam-image-pipeline')}\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    # An unknown short flag is named, not its value taken for a stray word.
+    (["preprocess", "--input_csv", "a.csv", "--output_dir", "o", "-i", "32"], "unknown flag -i ("),
+    # After `--` nothing is a flag: refused as such, not as an unknown --image_size (did you mean --image_size?).
+    (["preprocess", "--input_csv", "a.csv", "--output_dir", "o", "--", "--image_size", "32"],
+     "unexpected argument '--'"),
+    (["-V"], "unknown flag -V ("),
+])
+def test_short_flags_and_the_separator_are_named_as_they_are(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err and "did you mean --image_size" not in err, err
+
+
+def test_a_negative_number_is_a_value_not_a_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.run(["preprocess", "--input_csv", "a.csv", "--output_dir", "o", "--max_error_rate", "-0.5"])
+    assert exit_info.value.code == 2 and "--max_error_rate must be between 0 and 1" in capsys.readouterr().err

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 from typing import NoReturn
 
 from beam_pipeline.common import rows
@@ -157,9 +158,34 @@ def refuse_unknown(parser: argparse.ArgumentParser, leftover: list[str], beam: b
             parser.error(unknown_flag_message(flag, option_strings(parser) + sorted(known_to_beam)))
 
 
+_NUMBER = re.compile(r"^-\d+(\.\d*)?([eE][-+]?\d+)?$|^-\.\d+$")
+
+
+def refuse_unknown_first(parser: argparse.ArgumentParser, argv: list[str], beam: bool) -> None:
+    """Exits 2 on the first flag in `argv` that is neither the parser's nor (`beam`) Beam's, before argparse
+    reads them: argparse would first complain of a required flag the typo hid (`--input_cs`), or take the
+    typo's value for a stray word (`-i 32`)."""
+    ours = set(option_strings(parser))
+    known_to_beam: set[str] | None = None
+    for arg in argv:
+        if arg == "--":
+            parser.error("unexpected argument '--': every argument is a flag or a flag's value")
+        if not arg.startswith("-") or _NUMBER.match(arg):
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag in ours:
+            continue
+        if beam:
+            known_to_beam = beam_option_strings() if known_to_beam is None else known_to_beam
+            if flag in known_to_beam:
+                continue
+        parser.error(unknown_flag_message(flag, sorted(ours | (known_to_beam or set()))))
+
+
 def parse_job_flags(parser: argparse.ArgumentParser,
                     argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """(the job's flags, Beam's pipeline options): any other argument exits 2 with usage and a suggestion."""
+    refuse_unknown_first(parser, argv, beam=True)
     args, beam_args = parser.parse_known_args(argv)
     refuse_unknown(parser, beam_args, beam=True)
     return args, beam_args
@@ -167,6 +193,7 @@ def parse_job_flags(parser: argparse.ArgumentParser,
 
 def parse_flags(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """A command's flags (no Beam pipeline): any other argument exits 2 with usage and a suggestion."""
+    refuse_unknown_first(parser, argv, beam=False)
     args, leftover = parser.parse_known_args(argv)
     refuse_unknown(parser, leftover, beam=False)
     return args

@@ -14,6 +14,7 @@ interrupted (Ctrl-C); 141 stdout closed early (`console_main`).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -75,18 +76,24 @@ def console_main(run: Callable[[], int]) -> None:
     """
     from beam_pipeline.common.fast_exit import skip_final_collection
     from beam_pipeline.common.quiet import quiet_startup
-    from beam_pipeline.common.terminal import quiet_broken_pipe, report_interrupt
 
     quiet_startup(sys.argv[1:])
     skip_final_collection()
     try:
-        code = run()
+        try:
+            code = run()
+        except SystemExit as exit_:  # argparse's --help and usage errors: their output is flushed below too.
+            if exit_.code is not None and not isinstance(exit_.code, int):
+                raise
+            code = exit_.code or 0
         sys.stdout.flush()  # Here, where a closed pipe can still be told apart from a failure.
     except BrokenPipeError:
-        code = quiet_broken_pipe()
+        code = terminal.quiet_broken_pipe()
     except KeyboardInterrupt:
-        report_interrupt()
+        terminal.report_interrupt()
         code = INTERRUPTED
+    if terminal.stdout_closed() and code == 0:
+        code = terminal.BROKEN_PIPE_STATUS
     sys.exit(code)
 
 
@@ -149,6 +156,9 @@ class Launcher(Generic[LayoutT]):
         run_log = run_errors.RunLog(self.layout.log_dir)
         try:
             self.check(step)
+            if os.path.exists(self.layout.root) and not os.path.isdir(self.layout.root):  # A local file.
+                raise Refused(f"--output_dir {self.layout.root} is a file, not a folder: name a folder (it is "
+                              "created when missing)")
             step.now(f"preparing the output folder {self.layout.root}")
             with OutputLock(self.layout.lock_file) as lock:
                 if lock.notice:
@@ -159,6 +169,8 @@ class Launcher(Generic[LayoutT]):
                 *self.refusals()) as error:
             print(redact(f"error: {error}"), file=sys.stderr)
             return 2
+        except BrokenPipeError:
+            raise  # Stdout closed under the command: console_main ends it quietly (141), not as a failed run.
         except Exception as error:  # noqa: BLE001 - the run itself failed: one line, the traceback in a log.
             line = self.failure_line(error, run_log)
             if line is None:

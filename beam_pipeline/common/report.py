@@ -172,7 +172,7 @@ def format_summary(manifest: dict[str, Any], layout: RunFolder) -> str:
            for split, counts in manifest["splits"].items()]
         + [("pixel mean (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_mean"])),
            ("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"])),
-           ("labels", f"{len(vocabulary)}: {', '.join(map(terminal.shown, vocabulary[:10]))}"
+           ("labels", f"{len(vocabulary)}: {terminal.shown_list(vocabulary[:10])}"
                       f"{' ...' if len(vocabulary) > 10 else ''}")]
         + _ending(manifest, layout))
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_pipeline.common import terminal
 from beam_pipeline.common.files import read_json
 from beam_pipeline.common.redact import redact, redact_argv
 from tf_serving_input.layout import is_local, temp_path
@@ -75,8 +76,13 @@ def holder_alive(holder: dict[str, Any]) -> bool:
 
 def describe(holder: dict[str, Any]) -> str:
     """The holder of a lock, for messages (its command line redacted: a lock may come from an older version)."""
-    return redact(f"pid {holder.get('pid')} on host {holder.get('host')}, started {holder.get('started')}"
-                  f" ({str(holder.get('command', ''))[:120]})")
+    # A lock file is anyone's text: each field redacted whole, then escaped and cut (terminal.shown).
+    def field(name: str, width: int) -> str:
+        return terminal.shown(redact(str(holder.get(name))), width)
+
+    command = f" ({field('command', terminal.PATH_WIDTH)})" if holder.get("command") else ""
+    host = field("host", terminal.LABEL_WIDTH)
+    return f"pid {field('pid', 20)} on host {host}, started {field('started', 40)}{command}"
 
 
 # A creator writes its lock within microseconds of creating the file: an unreadable one older than this is damaged.

@@ -37,18 +37,60 @@ def _escape(character: str) -> str:
 
 
 def shown(text: str | None, width: int = LABEL_WIDTH) -> str:
-    """Stored text as one safe terminal cell: escaped (see `escaped`), cut to `width` characters with '...'."""
+    """Stored text as one safe terminal cell: escaped (see `escaped`), cut to at most `width` characters with
+    '...', never inside an escape."""
     if text is None:
         return ""
-    safe = escaped(text)
-    if len(safe) <= width:
-        return safe
-    return safe[:max(width - len(ELLIPSIS), 0)] + ELLIPSIS
+    pieces = [c if c.isprintable() else _escape(c) for c in text[:width * 10]]  # An escape is at most 10 wide.
+    if len(text) <= width * 10 and sum(map(len, pieces)) <= width:
+        return "".join(pieces)
+    room, kept = max(width - len(ELLIPSIS), 0), []
+    for piece in pieces:
+        if len(piece) > room:
+            break
+        kept.append(piece)
+        room -= len(piece)
+    return "".join(kept) + ELLIPSIS
+
+
+def shown_list(items: list[str], width: int = PATH_WIDTH, item_width: int = 24) -> str:
+    """Stored texts (labels) as one terminal line: each `shown` within `item_width`, as many as fit in `width`,
+    then '...'."""
+    line = ""
+    for i, item in enumerate(items):
+        piece = (", " if i else "") + shown(item, item_width)
+        if len(line) + len(piece) > width - len(", ..."):
+            return line + (", ..." if line else ELLIPSIS)
+        line += piece
+    return line
 
 
 def print_json(value: Any) -> None:
     """One JSON document on stdout, for programs (`--format json`): full text, non-ASCII as is."""
-    print(json.dumps(value, ensure_ascii=False, default=str))
+    result(json.dumps(value, ensure_ascii=False, default=str))
+
+
+# Set when stdout was closed under a command (`... | head -1`, `| grep -q`): the command exits 141.
+_stdout_closed = False
+
+
+def result(text: str) -> None:
+    """A command's result on stdout. A reader that closed stdout does not stop the work (a job's summary comes
+    after its outputs are written, a predict run's before its load): the rest of stdout is dropped, and the
+    command exits 141 at the end (`console_main`)."""
+    global _stdout_closed
+    if _stdout_closed:
+        return
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _stdout_closed = True
+        quiet_broken_pipe()
+
+
+def stdout_closed() -> bool:
+    """Whether a reader closed stdout under this command (see `result`)."""
+    return _stdout_closed
 
 
 # The status of a process killed by SIGPIPE as the shell reports it (128 + 13): what `cat` and `head` give.

@@ -371,7 +371,10 @@ def run(argv=None, prog=PROG):
     from beam_pipeline.common import flags, terminal
 
     parser = build_parser(prog)
-    args, psql_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if "psql" not in argv:  # psql's own arguments follow it.
+        flags.refuse_unknown_first(parser, argv, beam=False)
+    args, psql_args = parser.parse_known_args(argv)
     if args.command != "psql":
         flags.refuse_unknown(parser, psql_args, beam=False)
     if args.format == "json" and args.command != "status":
@@ -388,7 +391,8 @@ def run(argv=None, prog=PROG):
         else:
             url = server.start()
             try:
-                return subprocess.call([server.psql(), url, *psql_args])
+                code = subprocess.call([server.psql(), url, *psql_args])
+                return 128 - code if code < 0 else code  # Killed by a signal (SIGPIPE: 141), as a shell says.
             finally:
                 server.release()
         for notice in server.notices:
@@ -396,7 +400,7 @@ def run(argv=None, prog=PROG):
         if line is None:
             terminal.print_json(record)
         else:
-            print(line)
+            terminal.result(line)
     except DatabaseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

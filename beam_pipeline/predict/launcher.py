@@ -207,7 +207,7 @@ class PredictLauncher(Launcher):
         runner = self.pipeline_options.view_as(StandardOptions).runner
         manifest, failures = self._manifest(statuses, wall_seconds, runner)
         report.write_outputs(self.layout, manifest, failures)
-        print(report.format_prediction_summary(manifest, self.layout), flush=True)
+        terminal.result(report.format_prediction_summary(manifest, self.layout))
         code = 0
         if config.database != "none":
             step.now(f"loading the predictions into {config.database}")
@@ -341,10 +341,9 @@ class PredictLauncher(Launcher):
             "rows_in_table": in_table, "index": index, "load_seconds": round(seconds, 3),
             "index_seconds": round(index_seconds, 3)}
         report.write_manifest(self.layout, manifest)
-        print(f"Loaded {loaded} rows into table {config.table} at {target} in {seconds:.1f} s "
-              f"(dataset {dataset['id']}: {of_dataset} rows; {in_table} rows in the table); index ready in "
-              f"{index_seconds:.1f} s: {index}",
-              flush=True)
+        terminal.result(f"Loaded {loaded} rows into table {config.table} at {target} in {seconds:.1f} s "
+                        f"(dataset {dataset['id']}: {of_dataset} rows; {in_table} rows in the table); index ready "
+                        f"in {index_seconds:.1f} s: {index}")
         if left_out:
             print(f"warning: {len(left_out)} row(s) were left out of the table (text it cannot store), listed in "
                   f"{self.layout.load_errors_file}", file=sys.stderr)

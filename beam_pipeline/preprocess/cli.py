@@ -8,6 +8,7 @@ errors answer at once.
 
 import sys
 
+from beam_pipeline.common import terminal
 from beam_pipeline.common.launcher import Launcher, Refused, beam_options, console_main
 from beam_pipeline.preprocess import options as job_options
 
@@ -110,7 +111,7 @@ class PreprocessLauncher(Launcher):
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
-        print(report.format_summary(manifest, layout), flush=True)
+        terminal.result(report.format_summary(manifest, layout))
         return self.error_budget_code(manifest)
 
 

@@ -45,7 +45,7 @@ def format_report(manifest):
                                for split, c in manifest["splits"].items()),
         f"pixel mean (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_mean'])}",
         f"pixel std  (RGB): {', '.join(f'{v:.3f}' for v in stats['pixel_std'])}",
-        f"labels ({len(stats['label_vocabulary'])}): {', '.join(map(terminal.shown, stats['label_vocabulary']))}",
+        f"labels ({len(stats['label_vocabulary'])}): {terminal.shown_list(stats['label_vocabulary'])}",
         f"config: {json.dumps(manifest['config']['preprocess'])}",
         f"wall time {manifest['wall_seconds']} s, {manifest['images_per_second']} images/s, "
         f"runner {manifest['runner']}",
@@ -114,7 +114,7 @@ def run(argv=None, prog=PROG):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     if args.format == "text":
-        print(format_report(manifest), flush=True)
+        terminal.result(format_report(manifest))
     samples = []
     if args.contact_sheet:
         samples = sample_records(args.output_dir, manifest, args.samples, args.split)
@@ -122,7 +122,8 @@ def run(argv=None, prog=PROG):
     if args.format == "json":
         terminal.print_json(summary(manifest, args.contact_sheet, len(samples)))
     elif args.contact_sheet:
-        print(f"contact sheet: {args.contact_sheet} ({len(samples)} images)")
+        sheet = terminal.shown(args.contact_sheet, terminal.PATH_WIDTH)
+        terminal.result(f"contact sheet: {sheet} ({len(samples)} images)")
     return 0
 
 

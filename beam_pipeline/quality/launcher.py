@@ -96,7 +96,7 @@ class QualityLauncher(Launcher[QualityLayout]):
             terminal.print_json({**summary, "output_dir": self.layout.root,
                                  "report": self.layout.path(self.layout.REPORT_FILE)})
         else:
-            print(format_summary(summary, self.layout), flush=True)
+            terminal.result(format_summary(summary, self.layout))
 
     def locked(self, step: Any, run_log: Any) -> int:
         """A finished run of the same input and thresholds is a no-op; otherwise prepare (resume) and run."""

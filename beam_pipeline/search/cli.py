@@ -210,9 +210,9 @@ def _search(args, url, query):
     if args.format == "json":
         terminal.print_json(_as_json(args, table, neighbours))
         return 0
-    print(format_neighbours(args, table, neighbours, several_datasets))
+    terminal.result(format_neighbours(args, table, neighbours, several_datasets))
     if args.contact_sheet:
-        print(f"contact sheet: {terminal.shown(args.contact_sheet, terminal.PATH_WIDTH)}")
+        terminal.result(f"contact sheet: {terminal.shown(args.contact_sheet, terminal.PATH_WIDTH)}")
     return 0
 
 

@@ -16,7 +16,7 @@ import math
 import os
 import sys
 
-from beam_pipeline.common import flags
+from beam_pipeline.common import flags, terminal
 
 PROG = "beam-image-pipeline ui"
 LOOPBACK = "127.0.0.1"
@@ -137,7 +137,7 @@ def serve(state, host: str, port: int, open_browser: bool) -> int:
     config = uvicorn.Config(create_app(state), log_level="warning", access_log=False, limit_concurrency=200,
                             timeout_keep_alive=5)
     server = uvicorn.Server(config)
-    print(f"UI of {state.job.layout.root} on {url} (Ctrl-C stops it)", flush=True)
+    terminal.result(f"UI of {state.job.layout.root} on {url} (Ctrl-C stops it)")
     if open_browser:
         import threading
         import webbrowser

@@ -70,3 +70,18 @@ def test_an_empty_or_damaged_lock_file_nobody_writes_is_taken_over_with_a_notice
         assert lock.notice == f"taking over the lock file {path}: it is empty or damaged, and no run is writing it"
         assert json.loads(path.read_text())["pid"] == os.getpid()
     assert not path.exists()
+
+
+def test_a_lock_files_text_is_escaped_and_cut_in_its_messages(tmp_path):
+    """A lock file is anyone's text: an escape sequence or a bidi override in it never reaches the terminal raw."""
+    path = tmp_path / ".lock"
+    path.write_text(json.dumps({"host": "otherhost\x1b[2J", "pid": 1, "started": "\u202eyesterday",
+                                "command": "\x1b[31mRED " + "x" * 10_000}))
+    with pytest.raises(LockHeld) as held:
+        OutputLock(str(path)).acquire()
+    message = str(held.value)
+    assert "\x1b" not in message and "\u202e" not in message and "otherhost\\x1b[2J" in message
+    assert "\\u202eyesterday" in message and len(message) < 600
+    path.write_text(json.dumps({"host": socket.gethostname(), "pid": dead_pid(), "started": "x"}))
+    with OutputLock(str(path)) as lock:
+        assert lock.notice.endswith("started x")  # No command recorded: no empty "()".

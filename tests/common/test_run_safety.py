@@ -190,3 +190,15 @@ def test_a_run_killed_while_preparing_its_folder_is_resumed_by_the_same_command(
     assert output_dir.prepare(folder, fingerprint, overwrite=False) == 0  # Resumed, nothing finished yet.
     with pytest.raises(output_dir.OutputDirError, match="different input or configuration"):
         output_dir.prepare(folder, {"config": {"input": "b"}}, overwrite=False)  # Another run: still refused.
+
+
+def test_an_output_dir_that_is_a_file_is_refused_as_bad_input(tmp_path, capsys):
+    csv_path = imaging.small_dataset(tmp_path, count=2)
+    not_a_folder = tmp_path / "hostname"
+    not_a_folder.write_text("a file")
+    assert main.run(["--input_csv", str(csv_path), "--output_dir", str(not_a_folder), "--image_size", "8",
+                     "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == f"error: --output_dir {not_a_folder} is a file, not a folder: name a folder (it is created when " \
+                   "missing)"
+    assert not_a_folder.read_text() == "a file" and not list(tmp_path.glob("*.log"))

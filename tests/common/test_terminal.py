@@ -30,8 +30,9 @@ def test_long_text_is_cut_to_the_width_with_a_mark():
     assert terminal.shown(label) == "x" * (terminal.LABEL_WIDTH - 3) + "..."
     assert len(terminal.shown(label, terminal.PATH_WIDTH)) == terminal.PATH_WIDTH
     assert terminal.shown("short") == "short" and terminal.shown(None) == ""
-    # Escaping happens before cutting: the width is what the terminal shows.
-    assert len(terminal.shown("\u202e" * 100, 20)) == 20
+    # Escaping happens before cutting (the width is what the terminal shows), and never cuts an escape in half.
+    assert terminal.shown("\u202e" * 100, 20) == "\\u202e\\u202e..."
+    assert terminal.shown("ab" + "\u200b" * 5, 10) == "ab..."
 
 
 def test_notices_reach_the_terminal_while_the_run_log_captures_descriptor_2(tmp_path):
@@ -58,3 +59,10 @@ def test_a_notice_goes_to_a_replaced_stderr(capsys, tmp_path):
         terminal.notice("progress: done")
     captured = capsys.readouterr()
     assert captured.err == "progress: done\n" and captured.out == ""
+
+
+def test_a_list_of_labels_fits_one_line():
+    labels = ["cat", "\u202e" + "x" * 10_000, "dog"] + [f"label{i}" for i in range(100)]
+    line = terminal.shown_list(labels)
+    assert line.startswith("cat, \\u202exxx") and line.endswith(", ...") and len(line) <= terminal.PATH_WIDTH
+    assert terminal.shown_list(["a", "b"]) == "a, b" and terminal.shown_list([]) == ""

@@ -184,3 +184,16 @@ def test_db_status_as_json_for_programs(tmp_path, servers, capsys):
     assert db_command.run(["status", "--database_dir", data_dir, "--format", "json"]) == 0
     status = json.loads(capsys.readouterr().out)
     assert status["running"] is True and status["pid"] == kept.pid() and status["kept_running"] is True
+
+
+@pytest.mark.slow  # psql in a subprocess, into a real pipe.
+def test_db_psql_into_a_closed_pipe_exits_141_as_the_shell_says(tmp_path, servers):
+    import subprocess
+    import sys
+
+    data_dir = str(tmp_path / "pgdata")
+    servers.append(EmbeddedServer(data_dir))
+    command = (f"set -o pipefail; {sys.executable} -m beam_pipeline.database psql --database_dir {data_dir} "
+               "-c 'SELECT generate_series(1, 200000)' | head -1")
+    result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 141, (result.returncode, result.stderr[-2000:])  # psql's -13 was exit 243.

@@ -186,3 +186,18 @@ def test_help_explains_every_flag_with_its_default():
         assert flag in result.stdout, flag
     text = " ".join(result.stdout.split())  # argparse wraps lines.
     assert "(default: 224)" in text and "(default: center_crop)" in text and "FnApiRunner" in text
+
+
+def test_a_reader_that_closes_stdout_early_does_not_fail_a_finished_run(tmp_path):
+    """`... | grep -q`, `... | true`: the outputs are complete; the command ends quietly with 141, not as a
+    failed run (exit 1, "error: BrokenPipeError ... while writing the manifest")."""
+    csv_path = imaging.small_dataset(tmp_path, count=4)
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "beam_pipeline", "preprocess", "--input_csv", csv_path, "--output_dir", out,
+               "--image_size", SIZE, "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]
+    process = subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()  # The reader is gone before the summary is printed.
+    stderr = process.stderr.read()
+    assert process.wait(timeout=300) == 141, stderr[-3000:]
+    assert "error" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert outputs.manifest(out)["written"] == 4 and not list((out / "logs").glob("*.log"))
