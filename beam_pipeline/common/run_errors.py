@@ -169,20 +169,23 @@ class RunLog:
 
         reader = threading.Thread(target=drain, name="stderr-to-run-log", daemon=True)
         reader.start()
+        interrupted = False
         try:
             with terminal.stderr_kept(saved):  # Progress and notices still reach the user.
                 yield
         except KeyboardInterrupt:
             # Ctrl-C stops the runner's threads and worker processes, which fail noisily as they go (gRPC
             # tracebacks): that noise stays in this pipe, and the user gets one line (the command exits 130).
+            interrupted = True
             sys.stderr.flush()
             terminal.report_interrupt(saved)
             raise
-        else:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            reader.join(timeout=5)  # Ends once every worker holding the pipe has exited.
+        finally:
+            if not interrupted:  # Done, or failed: descriptor 2 is the terminal's again, for the error line.
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                reader.join(timeout=5)  # Ends once every worker holding the pipe has exited.
 
     def write(self, error: BaseException | None = None) -> str | None:
         """Writes the captured records (and `error`'s traceback) to a log file; returns its path or None.

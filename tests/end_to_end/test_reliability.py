@@ -55,18 +55,24 @@ def uninterrupted(big_dataset, tmp_path_factory):
     return out
 
 
-def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, uninterrupted, tmp_path):
-    out = tmp_path / "out"
-    # Ctrl-C in a terminal: SIGINT to the launcher and its worker processes (one process group).
-    process = subprocess.Popen(job_command(big_dataset, out, "--num_shards", "12"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+def signal_mid_run(command, out, signum, **popen):
+    """Starts the job in a process group of its own; sends `signum` to the group once a first shard is done."""
+    process = subprocess.Popen(command, start_new_session=True, **popen)
     status_dir = out / OutputLayout.STATUS_DIR
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
         if status_dir.exists() and list(status_dir.glob("*.json")):
             break
         time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGINT)
+    os.killpg(process.pid, signum)
+    return process
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, uninterrupted, tmp_path):
+    out = tmp_path / "out"
+    # Ctrl-C in a terminal: SIGINT to the launcher and its worker processes (one process group).
+    process = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGINT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-3000:]
     # One line, not the gRPC tracebacks of the runner's threads as its workers stop; no summary.
@@ -79,16 +85,11 @@ def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, u
 
 def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_path):
     out = tmp_path / "out"
-    process = subprocess.Popen(job_command(big_dataset, out, "--num_shards", "12"), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
-    status_dir = out / OutputLayout.STATUS_DIR
-    deadline = time.time() + 300
-    while time.time() < deadline and process.poll() is None:
-        if status_dir.exists() and list(status_dir.glob("*.json")):
-            break
-        time.sleep(0.01)
-    os.killpg(process.pid, signal.SIGKILL)  # The launcher and its worker processes, mid-run.
+    # The launcher and its worker processes, mid-run.
+    process = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGKILL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     process.wait()
+    status_dir = out / OutputLayout.STATUS_DIR
     finished = list(status_dir.glob("*.json"))
     assert 0 < len(finished) < 24, "the run was not interrupted part-way"
     assert not (out / OutputLayout.MANIFEST_FILE).exists()
