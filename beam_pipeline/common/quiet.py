@@ -49,9 +49,8 @@ def is_startup_line(line: bytes) -> bool:
 
 
 def wants_verbose(argv: Sequence[str]) -> bool:
-    """Whether the command line asks for --verbose (also as an abbreviation argparse accepts, e.g. --verb)."""
-    return (any(len(arg) >= 5 and "--verbose".startswith(arg) for arg in argv)
-            or os.environ.get(VERBOSE_ENV, "") not in ("", "0"))
+    """Whether the command line asks for --verbose (spelt in full: the commands take no abbreviations)."""
+    return "--verbose" in argv or os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
 def quiet_startup(argv: Sequence[str]) -> None:
