@@ -123,6 +123,7 @@ def test_a_shard_of_records_publishes_its_framing_digest_and_one_of_other_bytes_
         assert "framing_sha256" not in shard.publish({"rows": 3})
 
 
+@pytest.mark.slow  # A whole run of the job (~9 s): the full suite's.
 def test_a_shard_lost_after_the_pipeline_fails_the_run_naming_it(tmp_path, monkeypatch, capsys):
     csv_path = imaging.small_dataset(tmp_path)
     out = tmp_path / "out"

@@ -223,6 +223,7 @@ def test_center_crop_is_resize_shorter_side_then_crop_center(height, width):
     assert np.abs(out - expected).max() <= 1  # Same placement: only rounding differs.
 
 
+@pytest.mark.slow  # ~7 s of random sizes up to 700 px: the full suite's (the goldens hold the resize every day).
 def test_the_banded_resampling_is_scale_and_translate_within_one_level():
     """The resize computes ScaleAndTranslate's antialiased triangle filter in its own ops (banded matmuls).
 
@@ -280,6 +281,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 """
 
 
+@pytest.mark.slow  # A fresh interpreter importing TensorFlow, to measure its peak RSS (~8 s).
 def test_a_very_thin_image_resizes_in_bounded_memory():
     """A 1 x 10,000,000 picture (a tenth of max_pixels) in pad mode, in a process of its own (peak RSS).
 
