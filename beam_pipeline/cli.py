@@ -28,21 +28,10 @@ SUBCOMMANDS = {
 }
 
 
-# name: the module whose build_parser(prog) gives the subcommand's flags (its reference page is generated from it).
-PARSERS = {
-    "preprocess": "beam_pipeline.preprocess.options",
-    "inspect": "beam_pipeline.preprocess.inspect",
-    "predict": "beam_pipeline.predict.cli",
-    "search": "beam_pipeline.search.cli",
-    "db": "beam_pipeline.database.server",
-    "quality": "beam_pipeline.quality.cli",
-    "ui": "beam_pipeline.ui.cli",
-}
-
-
 def build_parser(name: str) -> argparse.ArgumentParser:
-    """The argparse parser of subcommand `name` (no Beam or TensorFlow imported)."""
-    return importlib.import_module(PARSERS[name]).build_parser(f"{PROG} {name}")
+    """The argparse parser of subcommand `name`, from its module's build_parser (no Beam or TensorFlow imported);
+    the docs' CLI reference is generated from it."""
+    return importlib.import_module(SUBCOMMANDS[name][0]).build_parser(f"{PROG} {name}")
 
 
 def version() -> str:

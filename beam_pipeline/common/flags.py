@@ -138,33 +138,17 @@ def unknown_flag_message(flag: str, known: list[str]) -> str:
     return f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
-def refuse_unknown(parser: argparse.ArgumentParser, leftover: list[str], beam: bool) -> None:
-    """Exits 2 with usage on the first argument that is neither the parser's flag nor (`beam`) Beam's option.
-
-    argparse hands back what it does not know; a job passes the rest to Beam, which would drop an
-    unknown flag with a log line nobody sees (a misspelt `--imag_size 64` ran at 224 px). So each
-    leftover flag must be one of Beam's own pipeline options, and the words between them its values.
-    """
-    if beam:
-        refuse_stray_words(parser, leftover)
-    flags = [arg.split("=", 1)[0] for arg in leftover if arg.startswith("-") and arg != "--"]
-    if not beam and leftover and not flags:
-        parser.error(f"unexpected argument {leftover[0]!r}: every value belongs to a flag")
-    if not flags:
-        return
-    known_to_beam = beam_option_strings() if beam else set()
-    for flag in flags:
-        if flag not in known_to_beam:
-            parser.error(unknown_flag_message(flag, option_strings(parser) + sorted(known_to_beam)))
-
-
 _NUMBER = re.compile(r"^-\d+(\.\d*)?([eE][-+]?\d+)?$|^-\.\d+$")
 
 
-def refuse_unknown_first(parser: argparse.ArgumentParser, argv: list[str], beam: bool) -> None:
-    """Exits 2 on the first flag in `argv` that is neither the parser's nor (`beam`) Beam's, before argparse
-    reads them: argparse would first complain of a required flag the typo hid (`--input_cs`), or take the
-    typo's value for a stray word (`-i 32`)."""
+def refuse_unknown_flags(parser: argparse.ArgumentParser, argv: list[str], beam: bool) -> None:
+    """Exits 2 on the first flag in `argv` that is neither the parser's nor (`beam`) one of Beam's pipeline
+    options, with the closest known flag.
+
+    Beam would drop an unknown flag with a log line nobody sees (a misspelt `--imag_size 64` ran at
+    224 px). Checked before argparse reads `argv`: argparse would first complain of a required flag the
+    typo hid (`--input_cs`), or take the typo's value for a stray word (`-i 32`).
+    """
     ours = set(option_strings(parser))
     known_to_beam: set[str] | None = None
     for arg in argv:
@@ -182,20 +166,31 @@ def refuse_unknown_first(parser: argparse.ArgumentParser, argv: list[str], beam:
         parser.error(unknown_flag_message(flag, sorted(ours | (known_to_beam or set()))))
 
 
+def refuse_leftover(parser: argparse.ArgumentParser, leftover: list[str], beam: bool) -> None:
+    """Exits 2 on what argparse left over that no flag takes: a job hands Beam its options and their values
+    (a stray word is refused: `refuse_stray_words`); a command without Beam takes nothing more."""
+    if beam:
+        refuse_stray_words(parser, leftover)
+    elif leftover:
+        first = leftover[0]
+        parser.error(unknown_flag_message(first.split("=", 1)[0], option_strings(parser)) if first.startswith("-")
+                     else f"unexpected argument {first!r}: every value belongs to a flag")
+
+
 def parse_job_flags(parser: argparse.ArgumentParser,
                     argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """(the job's flags, Beam's pipeline options): any other argument exits 2 with usage and a suggestion."""
-    refuse_unknown_first(parser, argv, beam=True)
+    refuse_unknown_flags(parser, argv, beam=True)
     args, beam_args = parser.parse_known_args(argv)
-    refuse_unknown(parser, beam_args, beam=True)
+    refuse_leftover(parser, beam_args, beam=True)
     return args, beam_args
 
 
 def parse_flags(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """A command's flags (no Beam pipeline): any other argument exits 2 with usage and a suggestion."""
-    refuse_unknown_first(parser, argv, beam=False)
+    refuse_unknown_flags(parser, argv, beam=False)
     args, leftover = parser.parse_known_args(argv)
-    refuse_unknown(parser, leftover, beam=False)
+    refuse_leftover(parser, leftover, beam=False)
     return args
 
 

@@ -22,14 +22,13 @@ PATH_WIDTH = 120
 ELLIPSIS = "..."
 
 
-def escaped(text: str) -> str:
-    """`text` with every character a terminal would act on, or hide, written as an escape ('\\x1b', '\\u202e')."""
+def _safe(character: str) -> str:
+    """A character as a terminal should show it: itself, or, if a terminal would act on it or hide it, its
+    escape ('\\x1b', '\\u202e')."""
     # str.isprintable is False for the categories Cc (controls), Cf (bidi overrides, zero-width
     # characters), Cs, Co, Cn and the separators but ' ': exactly the characters to escape.
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _escape(character: str) -> str:
+    if character.isprintable():
+        return character
     code = ord(character)
     if code < 0x100:
         return f"\\x{code:02x}"
@@ -37,12 +36,12 @@ def _escape(character: str) -> str:
 
 
 def shown(text: str | None, width: int = LABEL_WIDTH) -> str:
-    """Stored text as one safe terminal cell: escaped (see `escaped`), cut to at most `width` characters with
+    """Stored text as one safe terminal cell: each character `_safe`, cut to at most `width` characters with
     '...', never inside an escape."""
     if text is None:
         return ""
-    pieces = [c if c.isprintable() else _escape(c) for c in text[:width * 10]]  # An escape is at most 10 wide.
-    if len(text) <= width * 10 and sum(map(len, pieces)) <= width:
+    pieces = [_safe(c) for c in text[:width + 1]]  # Each character shows as one or more: no more can fit.
+    if len(text) <= width and sum(map(len, pieces)) <= width:
         return "".join(pieces)
     room, kept = max(width - len(ELLIPSIS), 0), []
     for piece in pieces:

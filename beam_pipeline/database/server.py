@@ -373,21 +373,20 @@ def run(argv=None, prog=PROG):
     parser = build_parser(prog)
     argv = sys.argv[1:] if argv is None else argv
     if "psql" not in argv:  # psql's own arguments follow it.
-        flags.refuse_unknown_first(parser, argv, beam=False)
+        flags.refuse_unknown_flags(parser, argv, beam=False)
     args, psql_args = parser.parse_known_args(argv)
     if args.command != "psql":
-        flags.refuse_unknown(parser, psql_args, beam=False)
+        flags.refuse_leftover(parser, psql_args, beam=False)
     if args.format == "json" and args.command != "status":
         parser.error("--format json is for status (start, stop and url print one line; psql is interactive)")
     server = EmbeddedServer(args.database_dir or default_database_dir())
     try:
         if args.command == "status":
-            line = server.status() if args.format == "text" else None
-            record = server.status_record() if line is None else None
+            output = server.status() if args.format == "text" else server.status_record()
         elif args.command == "stop":
-            line = f"{'stopped' if server.stop() else 'was not running'}: {server.data_dir}"
+            output = f"{'stopped' if server.stop() else 'was not running'}: {server.data_dir}"
         elif args.command in ("start", "url"):
-            line = server.start(keep_running=True)
+            output = server.start(keep_running=True)
         else:
             url = server.start()
             try:
@@ -397,10 +396,10 @@ def run(argv=None, prog=PROG):
                 server.release()
         for notice in server.notices:
             print(f"notice: {notice}", file=sys.stderr)
-        if line is None:
-            terminal.print_json(record)
+        if isinstance(output, dict):
+            terminal.print_json(output)
         else:
-            terminal.result(line)
+            terminal.result(output)
     except DatabaseError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

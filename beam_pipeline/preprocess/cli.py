@@ -13,6 +13,8 @@ from beam_pipeline.common.launcher import Launcher, Refused, beam_options, conso
 from beam_pipeline.preprocess import options as job_options
 
 PROG = "beam-image-pipeline preprocess"
+# The job's flags, as every subcommand's module offers them (beam_pipeline.cli.build_parser).
+build_parser = job_options.build_parser
 
 
 def run_fingerprint(job):
