@@ -6,7 +6,8 @@ Every ratio comes from interleaved repetitions (baseline, subject, baseline, sub
 default) and is reported as its median and min-max, with whether the median meets its target.
 The images are crops of real photographs (from the scikit-image and scikit-learn wheels, fetched
 with pip the first time): a heavy set (~500x375, ~110 KiB, like ImageNet's validation photos) and
-a light one (~500x375, ~45 KiB). Measures, in this order (one module of scripts/benchmarks/ each):
+a light one ("everyday": crops, flips and rescales of sample_data's photos, ~500x375, ~35 KiB, q90).
+Measures, in this order (one module of scripts/benchmarks/ each):
  1. job.py: the Beam job's marginal images/s (N and 10 N rows, so start-up cancels) against two
     bare multiprocessing loops on the same cores (loops.py): the same TensorFlow ops without
     Beam, and the fastest CPU peer, Pillow; the job's peak RSS at both sizes; on both sets;

@@ -23,25 +23,36 @@ from tf_serving_input import features
 MOMENTS = features.PIXEL_MOMENTS  # sum R, G, B; sum of squares R, G, B; pixel count.
 
 
-def pixel_moments(image: tf.Tensor) -> tf.Tensor:
-    """Exact moments of one uint8 [H, W, 3] image: int64 [7] (sums, sums of squares, pixel count).
+# Rows summed in float32 at a time: 256 squares of 255 (16.6 M) stay below 2 ** 24, so every
+# partial sum is a whole number float32 holds exactly, whatever order a kernel adds in.
+_EXACT_ROWS = 256
 
-    Integers all the way, so totals over any split of the data into batches,
-    bundles or workers are bit-identical. Each column of pixels is summed
-    first (pixels in int32: a column of up to 8 million fits; squares in
-    int64), then the columns: summing [H, W * 3] down its rows runs on whole
-    rows at a time, where summing [H * W, 3] per channel did not (0.35 -> 0.2 ms
-    at 224 px).
+
+def pixel_moments(images: tf.Tensor) -> tf.Tensor:
+    """Exact moments of uint8 [H, W, 3] (int64 [7]) or of each image of [B, H, W, 3] (int64 [B, 7]).
+
+    The 7 are the per-channel sums, sums of squares, and the pixel count.
+    Exact integers, so totals over any split of the data into batches,
+    bundles or workers are bit-identical. Each column is summed over blocks
+    of up to `_EXACT_ROWS` rows in float32 (exact: see there), the block sums
+    then in int64. A whole batch at once, in float32: 0.2 -> 0.05 ms an image
+    at 224 px against per-image sums in int32 and int64.
     """
-    height, width = tf.shape(image)[0], tf.shape(image)[1]
-    rows = tf.cast(tf.reshape(image, [height, width * 3]), tf.int32)
-    rows64 = tf.cast(rows, tf.int64)
-
-    def per_channel(values: tf.Tensor) -> tf.Tensor:
-        return tf.reduce_sum(tf.reshape(tf.cast(tf.reduce_sum(values, 0), tf.int64), [width, 3]), 0)
-
-    count = tf.cast(tf.reshape(height * width, [1]), tf.int64)
-    return tf.concat([per_channel(rows), per_channel(rows64 * rows64), count], axis=0)
+    images = tf.convert_to_tensor(images, tf.uint8)
+    single = images.shape.rank == 3
+    batch = images[None] if single else images
+    shape = tf.shape(batch)
+    count, height, width = shape[0], shape[1], shape[2]
+    rows = tf.minimum(height, _EXACT_ROWS)
+    blocks = (height + rows - 1) // rows
+    pixels = tf.cast(tf.reshape(batch, [count, height, width * 3]), tf.float32)
+    pixels = tf.reshape(tf.pad(pixels, [[0, 0], [0, blocks * rows - height], [0, 0]]),
+                        [count, blocks, rows, width * 3])
+    sums = tf.cast(tf.stack([tf.reduce_sum(pixels, 2), tf.reduce_sum(pixels * pixels, 2)], 1), tf.int64)
+    per_channel = tf.reshape(tf.reduce_sum(tf.reshape(sums, [count, 2, blocks * width, 3]), 2), [count, 6])
+    pixel_count = tf.fill([count, 1], tf.cast(height, tf.int64) * tf.cast(width, tf.int64))
+    moments = tf.concat([per_channel, pixel_count], 1)
+    return moments[0] if single else moments
 
 
 def normalize_images(images: tf.Tensor, mean: tf.Tensor | Sequence[float],

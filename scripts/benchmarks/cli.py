@@ -42,7 +42,8 @@ def parse_args(argv, description):
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=2000, help="Heavy JPEGs (~500x375, ~110 KiB) to use.")
     parser.add_argument("--light_images", type=int, default=None,
-                        help="Light JPEGs (~500x375, ~45 KiB) to use (default: as many as --images).")
+                        help="Light (everyday) JPEGs (~500x375, ~35 KiB, made from sample_data's photos) to use "
+                             "(default: as many as --images).")
     parser.add_argument("--large_images", type=int, default=120, help="2.7 MP JPEGs for shrink-on-load.")
     parser.add_argument("--memory_factor", type=int, default=10, help="Rows of the larger runs / --images.")
     parser.add_argument("--seconds", type=float, default=6.0, help="Time per tf.data throughput measurement.")
@@ -78,7 +79,7 @@ def main(argv=None, description=None):
     say = bench.results.say
     photos = data.fetch_photos(args.photos_dir)
     heavy = data.make_set("heavy", bench.work, photos, args.images, data.HEAVY)
-    light = data.make_set("light", bench.work, photos, args.light_images or args.images, data.LIGHT)
+    light = data.make_set("light", bench.work, data.sample_photos(), args.light_images or args.images, data.LIGHT)
     large = data.make_set("large", bench.work, photos, args.large_images, data.LARGE)
     say(f"dataset: {len(heavy.images)} heavy JPEGs ~500x375 ({heavy.average_kib:.0f} KiB avg; ImageNet's ~110), "
         f"{len(light.images)} light ({light.average_kib:.0f} KiB avg), {len(large.images)} large ~1900x1425, cropped "

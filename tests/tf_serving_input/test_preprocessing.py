@@ -208,9 +208,9 @@ def test_resize_modes(resize_mode, mode):
 
 
 # Shapes whose scaled size and crop offset are whole pixels, so an integer crop of the
-# reference lands exactly where the exact crop does.
-@pytest.mark.parametrize("height,width", [(90, 30), (32, 80), (20, 60), (64, 64)])
-def test_center_crop_is_resize_shorter_side_then_crop_center(height, width):
+# reference lands exactly where the exact crop does: enlarged, with the triangle filter.
+@pytest.mark.parametrize("height,width", [(8, 24), (4, 8), (8, 8), (12, 4)])
+def test_center_crop_enlarges_the_shorter_side_then_crops_the_center(height, width):
     image = np.random.default_rng(height).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
     out = pp.resize_image(tf.constant(image), 16, "center_crop").numpy().astype(int)
     # Reference: scale the whole image so its shorter side is 16, then take the central 16 x 16.
@@ -221,6 +221,25 @@ def test_center_crop_is_resize_shorter_side_then_crop_center(height, width):
     top, left = (reference.shape[0] - 16) // 2, (reference.shape[1] - 16) // 2
     expected = np.clip(np.round(reference[top:top + 16, left:left + 16]), 0, 255)
     assert np.abs(out - expected).max() <= 1  # Same placement: only rounding differs.
+
+
+# Whole-number shrink factors (2, 3, 4) and centered squares on whole pixels: each output pixel is
+# the mean of its factor x factor block, which float32 rounds unambiguously (a mean of 4 or 16
+# integers is exact; of 9, at least 1/18 from a tie).
+@pytest.mark.parametrize("height,width,resize_mode", [(96, 32, "center_crop"), (32, 80, "center_crop"),
+                                                      (48, 80, "center_crop"), (64, 64, "center_crop"),
+                                                      (32, 48, "stretch")])
+def test_shrinking_averages_each_block_of_the_central_square(height, width, resize_mode):
+    """Shrinking is the area (box) filter: the mean of the input pixels each output pixel covers."""
+    image = np.random.default_rng(height + width).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
+    out = pp.resize_image(tf.constant(image), 16, resize_mode).numpy()
+    if resize_mode == "center_crop":
+        side = min(height, width)
+        top, left = (height - side) // 2, (width - side) // 2
+        image = image[top:top + side, left:left + side]
+    blocks = image.reshape(16, image.shape[0] // 16, 16, image.shape[1] // 16, 3).astype(np.float64)
+    expected = np.round(blocks.mean(axis=(1, 3)))
+    np.testing.assert_array_equal(out, expected.astype(np.uint8))
 
 
 @pytest.mark.slow  # ~7 s of random sizes up to 700 px: the full suite's (the goldens hold the resize every day).
@@ -256,18 +275,24 @@ def test_the_banded_resampling_is_scale_and_translate_within_one_level():
 
 @pytest.mark.parametrize("side,size", [(20_000, 1), (40_000, 4), (10_000, 1)])
 def test_a_shrink_by_thousands_averages_like_the_op(side, size):
-    """A 1/20,000 shrink: each weight is below one unit of the fixed point (hostile trial).
+    """A 1/20,000 shrink: each triangle weight is below one unit of the fixed point (hostile trial).
 
     Weights rounded one by one all became 0 and the output was the first input pixel (0 where
     the op gives 127); rounded as running totals they still average.
     """
     ramp = (np.arange(side) * 255 // (side - 1)).astype(np.uint8)
     image = np.broadcast_to(ramp[None, :, None], (4, side, 3)).copy()
-    out = pp.resize_image(tf.constant(image), size, "stretch").numpy().astype(int)
+    scale = np.array([size / 4, size / side], np.float32)
+    out = pp._scale_and_translate(tf.constant(image), size, size, tf.constant(scale), tf.zeros([2])).numpy()
     expected = tf.raw_ops.ScaleAndTranslate(
-        images=tf.cast(image[None], tf.float32), size=[size, size], scale=[size / 4, size / side],
+        images=tf.cast(image[None], tf.float32), size=[size, size], scale=scale,
         translation=[0.0, 0.0], kernel_type="triangle", antialias=True)[0].numpy()
-    assert np.abs(out - np.clip(np.round(expected), 0, 255)).max() <= 1
+    assert np.abs(out.astype(int) - np.clip(np.round(expected), 0, 255)).max() <= 1
+    # The area filter, on whole pixels (ResizeArea) and placed by band weights, averages each output's share.
+    shares = np.round(image[:size].reshape(size, size, side // size, 3).astype(np.float64).mean(2))
+    area = pp.resize_image(tf.constant(image), size, "stretch").numpy().astype(int)
+    placed = pp._scale_and_translate(tf.constant(image), size, size, tf.constant(scale), tf.zeros([2]), area=True)
+    assert np.abs(area - shares).max() <= 1 and np.abs(placed.numpy().astype(int) - shares).max() <= 1
 
 
 _THIN_IMAGE_PEAK = """
