@@ -131,7 +131,7 @@ class RowPreprocessor:
 
     def _results(self, datas, encoded, moments, problems, details):
         outcomes = []
-        # np.asarray: a view of each result (.numpy() copies: ~0.4 ms an image, page faults included).
+        # np.asarray: a view of each result (.numpy() copies: up to ~0.4 ms an image with its page faults).
         for stored, row_moments, problem, detail in zip(np.asarray(encoded), np.asarray(moments), np.asarray(problems),
                                                         np.asarray(details)):
             if problem:

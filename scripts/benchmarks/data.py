@@ -24,6 +24,8 @@ import zipfile
 import numpy as np
 from PIL import Image
 
+from benchmarks.harness import REPO
+
 WHEELS = ("scikit-image==0.25.2", "scikit-learn==1.7.2")
 PHOTOS = ("skimage/data/astronaut.png", "skimage/data/chelsea.png", "skimage/data/coffee.png",
           "skimage/data/rocket.jpg", "skimage/data/motorcycle_left.png", "skimage/data/motorcycle_right.png",
@@ -45,8 +47,7 @@ class Recipe:
 
 HEAVY = Recipe("images", seed=1, width_range=(450, 551), noise_sigma=9.0, quality=95)
 LIGHT = Recipe("images_everyday", seed=3, width_range=(450, 551), noise_sigma=2.0, quality=90, flip=True)
-SAMPLE_PHOTOS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                             "sample_data", "images")
+SAMPLE_PHOTOS = os.path.join(REPO, "sample_data", "images")
 LARGE = Recipe("large", seed=2, width_range=(1800, 2001), noise_sigma=9.0, quality=95)
 
 

@@ -24,7 +24,6 @@ SIZE = 224
 
 def stage_milliseconds(paths, config_values, count):
     """{part: ms per image on one core} over the first `count` paths."""
-    import numpy as np
     import tensorflow as tf
 
     from beam_pipeline.common.records import frame_record, framing_of, make_example
@@ -42,11 +41,10 @@ def stage_milliseconds(paths, config_values, count):
     codec = codec_for(config)
     scalar, image = tf.TensorSpec([], tf.string), tf.TensorSpec([None, None, 3], tf.uint8)
 
-    def each(function, spec):  # The job's shape: one tf.function call per batch, map_fn inside.
-        return tf.function(lambda batch: tf.map_fn(function, batch, fn_output_signature=spec, parallel_iterations=1))
-
-    inspect = each(lambda data: (inspect_image(data, config.max_pixels)[0] + exif_orientation(data)),
-                   tf.TensorSpec([], tf.int32))
+    inspect = tf.function(lambda batch: tf.map_fn(  # The job's shape: a call per batch, map_fn inside.
+        lambda data: inspect_image(data, config.max_pixels)[0] + exif_orientation(data), batch,
+        fn_output_signature=tf.TensorSpec([], tf.int32), parallel_iterations=1),
+        input_signature=[tf.TensorSpec([None], tf.string)])
     decode = tf.function(lambda data, image_format, height_width: decode_checked_image(
         data, image_format, height_width, shrink, config.resize_mode),
         input_signature=[scalar, tf.TensorSpec([], tf.int32), tf.TensorSpec([2], tf.int64)])
@@ -81,9 +79,11 @@ def stage_milliseconds(paths, config_values, count):
     for name in ("decode", "resize/crop", "encode"):
         times[name] -= times["call overhead"]
     del times["call overhead"]
-    records = timed("record (Example, framing, CRCs)", lambda stored: frame_record(
-        make_example(stored, codec, SIZE, "source.jpg", "0123456789abcdef", "label").SerializeToString(
-            deterministic=True)), encoded)
+    def record(stored):
+        example = make_example(stored, codec, SIZE, "source.jpg", "0123456789abcdef", "label")
+        return frame_record(example.SerializeToString(deterministic=True))
+
+    records = timed("record (Example, framing, CRCs)", record, encoded)
     checksum, framing = hashlib.sha256(), hashlib.sha256()
 
     def digests(framed):
@@ -94,7 +94,7 @@ def stage_milliseconds(paths, config_values, count):
     timed("checksums (SHA-256, framing digest)", digests, records)
     with tempfile.TemporaryFile() as out:
         timed("write", out.write, records)
-    times["sum"] = float(np.sum(list(times.values())))
+    times["sum"] = sum(times.values())
     return times
 
 
