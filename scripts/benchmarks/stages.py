@@ -1,7 +1,7 @@
 """Where the time goes: milliseconds per image on one core of each part of the job's per-image work.
 
-Not a ratio: each part is timed once per image set over up to 200 images, in this process, on one
-TensorFlow thread, with the job's own functions, in batches of the job's size
+Not a ratio: each part is timed once per image set over up to 200 images, in this process, with the
+job's own functions, in batches of the job's size
 (`row_preprocessor.ROWS_PER_CALL`) where the job batches: read the file; inspect (magic bytes, header
 size, EXIF orientation); decode; resize/crop; the statistics (exact pixel moments of the batch, in
 the same pass: no second decode); encode; the record (tf.train.Example, TFRecord framing with CRCs);
@@ -27,14 +27,14 @@ def stage_milliseconds(paths, config_values, count):
     import tensorflow as tf
 
     from beam_pipeline.common.records import frame_record, framing_of, make_example
+    from beam_pipeline.common.runners import configure_tensorflow_threads
     from beam_pipeline.preprocess.row_preprocessor import ROWS_PER_CALL
     from tf_serving_input.codecs import codec_for, to_bytes
     from tf_serving_input.features import PreprocessConfig
     from tf_serving_input.normalization import pixel_moments
     from tf_serving_input.preprocessing import decode_checked_image, exif_orientation, inspect_image, resize_image
 
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    configure_tensorflow_threads()  # One thread, as in a worker, unless this process started TensorFlow already.
     config = PreprocessConfig.from_dict(config_values)
     paths = paths[:count]
     shrink = SIZE if config.jpeg_shrink_on_load else None

@@ -223,23 +223,38 @@ def test_center_crop_enlarges_the_shorter_side_then_crops_the_center(height, wid
     assert np.abs(out - expected).max() <= 1  # Same placement: only rounding differs.
 
 
-# Whole-number shrink factors (2, 3, 4) and centered squares on whole pixels: each output pixel is
-# the mean of its factor x factor block, which float32 rounds unambiguously (a mean of 4 or 16
-# integers is exact; of 9, at least 1/18 from a tie).
-@pytest.mark.parametrize("height,width,resize_mode", [(96, 32, "center_crop"), (32, 80, "center_crop"),
-                                                      (48, 80, "center_crop"), (64, 64, "center_crop"),
-                                                      (32, 48, "stretch")])
-def test_shrinking_averages_each_block_of_the_central_square(height, width, resize_mode):
-    """Shrinking is the area (box) filter: the mean of the input pixels each output pixel covers."""
+def _area_weights(inputs, outputs):
+    """[outputs, inputs]: how much of each input pixel each output pixel covers, per unit of its width."""
+    edges = np.arange(outputs + 1) * inputs / outputs
+    lows, highs = np.arange(inputs), np.arange(1, inputs + 1)
+    covered = np.minimum(highs, edges[1:, None]) - np.maximum(lows, edges[:-1, None])
+    return np.maximum(covered, 0.0) * outputs / inputs
+
+
+@pytest.mark.parametrize("height,width,resize_mode", [(24, 40, "center_crop"), (40, 17, "center_crop"),
+                                                      (31, 31, "center_crop"), (16, 20, "center_crop"),
+                                                      (20, 28, "stretch")])
+def test_shrinking_by_less_than_half_averages_the_area_each_output_covers(height, width, resize_mode):
+    """Shrinking by less than 2x is the area (box) filter on the central whole-pixel window."""
     image = np.random.default_rng(height + width).integers(0, 256, size=(height, width, 3), dtype=np.uint8)
-    out = pp.resize_image(tf.constant(image), 16, resize_mode).numpy()
+    out = pp.resize_image(tf.constant(image), 16, resize_mode).numpy().astype(int)
     if resize_mode == "center_crop":
         side = min(height, width)
-        top, left = (height - side) // 2, (width - side) // 2
+        top, left = round((height - side) / 2), round((width - side) / 2)  # Half pixels round to even.
         image = image[top:top + side, left:left + side]
-    blocks = image.reshape(16, image.shape[0] // 16, 16, image.shape[1] // 16, 3).astype(np.float64)
-    expected = np.round(blocks.mean(axis=(1, 3)))
-    np.testing.assert_array_equal(out, expected.astype(np.uint8))
+    expected = np.einsum("yi,ijc,xj->yxc", _area_weights(image.shape[0], 16), image.astype(np.float64),
+                         _area_weights(image.shape[1], 16))
+    assert np.abs(out - np.round(expected)).max() <= 1  # Float rounding can only move a tie.
+    assert (out == np.round(expected)).mean() > 0.99
+
+
+def test_the_area_filter_follows_the_original_size_not_the_shrunk_one():
+    """A 2x-or-more shrink keeps the triangle filter; so does its shrink-on-load decode, though smaller."""
+    assert bool(pp.area_filter_applies(tf.constant([375, 500]), 224, "center_crop"))
+    assert not bool(pp.area_filter_applies(tf.constant([448, 600]), 224, "center_crop"))  # Exactly 2x.
+    assert not bool(pp.area_filter_applies(tf.constant([200, 500]), 224, "center_crop"))  # Enlarged.
+    assert not bool(pp.area_filter_applies(tf.constant([300, 500]), 224, "stretch"))  # One side 2x or more.
+    assert not bool(pp.area_filter_applies(tf.constant([300, 300]), 224, "pad"))
 
 
 @pytest.mark.slow  # ~7 s of random sizes up to 700 px: the full suite's (the goldens hold the resize every day).
@@ -275,24 +290,18 @@ def test_the_banded_resampling_is_scale_and_translate_within_one_level():
 
 @pytest.mark.parametrize("side,size", [(20_000, 1), (40_000, 4), (10_000, 1)])
 def test_a_shrink_by_thousands_averages_like_the_op(side, size):
-    """A 1/20,000 shrink: each triangle weight is below one unit of the fixed point (hostile trial).
+    """A 1/20,000 shrink: each weight is below one unit of the fixed point (hostile trial).
 
     Weights rounded one by one all became 0 and the output was the first input pixel (0 where
     the op gives 127); rounded as running totals they still average.
     """
     ramp = (np.arange(side) * 255 // (side - 1)).astype(np.uint8)
     image = np.broadcast_to(ramp[None, :, None], (4, side, 3)).copy()
-    scale = np.array([size / 4, size / side], np.float32)
-    out = pp._scale_and_translate(tf.constant(image), size, size, tf.constant(scale), tf.zeros([2])).numpy()
+    out = pp.resize_image(tf.constant(image), size, "stretch").numpy().astype(int)
     expected = tf.raw_ops.ScaleAndTranslate(
-        images=tf.cast(image[None], tf.float32), size=[size, size], scale=scale,
+        images=tf.cast(image[None], tf.float32), size=[size, size], scale=[size / 4, size / side],
         translation=[0.0, 0.0], kernel_type="triangle", antialias=True)[0].numpy()
-    assert np.abs(out.astype(int) - np.clip(np.round(expected), 0, 255)).max() <= 1
-    # The area filter, on whole pixels (ResizeArea) and placed by band weights, averages each output's share.
-    shares = np.round(image[:size].reshape(size, size, side // size, 3).astype(np.float64).mean(2))
-    area = pp.resize_image(tf.constant(image), size, "stretch").numpy().astype(int)
-    placed = pp._scale_and_translate(tf.constant(image), size, size, tf.constant(scale), tf.zeros([2]), area=True)
-    assert np.abs(area - shares).max() <= 1 and np.abs(placed.numpy().astype(int) - shares).max() <= 1
+    assert np.abs(out - np.clip(np.round(expected), 0, 255)).max() <= 1
 
 
 _THIN_IMAGE_PEAK = """
