@@ -81,6 +81,20 @@ def tiny_job(tmp_path_factory):
     return str(out), folder, rows
 
 
+@pytest.fixture(scope="session")
+def tiny_raw_job(tiny_job):
+    """tiny_job's images through the job again with the default (raw) storage: its output_dir."""
+    from beam_pipeline.preprocess import cli as main
+
+    _, folder, _ = tiny_job
+    out = folder / "out_raw"
+    code = main.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(out), "--image_size", "16",
+                     "--num_shards", "2", "--no_progress", "--direct_num_workers", "1",
+                     "--direct_running_mode", "in_memory"])
+    assert code == 0
+    return str(out)
+
+
 # ---------------------------------------------------------------------------------------------- shared runs
 # Built once a test session and read by many tests (the list and the rules: ARCHITECTURE.md, "Tests").
 # Read-only for the tests that share them: a test that must change or break something copies the part it

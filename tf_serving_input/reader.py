@@ -5,7 +5,8 @@
 Files are interleaved in parallel, records are shuffled while still
 serialized, then decoded by the storage codec (codecs.py): 'raw' storage is
 parsed and decoded a whole batch per op (no image decoding at all), JPEG/PNG
-one image per parallel map call.
+one image per parallel map call. With `cache=True` the decoded images are kept
+in memory after the first epoch and shuffled from there.
 Each *batch* is normalized in one XLA-fused op with the statistics held by the
 tensorflow-transform graph the job saved (read from it once, never typed
 twice), then prefetched. Labels are mapped with the job's TFT vocabulary.
@@ -42,6 +43,33 @@ def _usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+# Records decoded at once while filling the cache (raw storage): large enough for the vectorized
+# parse to pay, small enough not to hold up the first training batch.
+_CACHE_DECODE_BATCH = 256
+
+
+def _available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _check_cache_fits(images: int, image_size: int) -> None:
+    """Raises ValueError when `images` decoded images would take over half of the available memory."""
+    needed = images * image_size * image_size * 3
+    available = _available_memory_bytes()
+    if available is not None and needed > available // 2:
+        raise ValueError(f"cache=True would keep {images:,} decoded {image_size}x{image_size} images in memory "
+                         f"({needed / 2**30:.1f} GiB), over half of the {available / 2**30:.1f} GiB available: "
+                         "read without cache, or use a smaller --image_size")
 
 
 def shard_files(output_dir: str, split: str) -> list[str]:
@@ -109,8 +137,12 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
       batch_size: images per batch (per replica when `input_context` is given).
       training: shuffle files and records, augment, drop the last partial batch.
       repeat: repeat forever (after caching, before batching).
-      cache: keep the serialized records in memory after the first pass
-        (~150 KB per 224 px image with 'raw' storage, ~20 KB with 'jpeg').
+      cache: keep the decoded images (uint8) and their labels in memory after the first pass,
+        so that later epochs neither read, parse nor decode (S * S * 3 bytes per image: ~150 KB
+        at 224 px, 2.4 KB at 28 px). Worth it for JPEG/PNG storage beside a CPU-bound training
+        step; raw storage reads about as fast without it. Refused with a ValueError when the
+        split would take over half of the available memory. Files are then read in the first
+        epoch's order; records are still shuffled every epoch when training.
       seed: seed for shuffling and augmentation (reproducible order when set).
       drop_remainder: drop the last partial batch; defaults to `training`.
       augment: a random flip and random resized crop per image (`augment_and_normalize`, fused
@@ -154,30 +186,47 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
                                cycle_length=cycle_length or min(16, max(4, _usable_cores())),
                                num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
+    batch_decodes = codec_for(config).batch_decodes
+
+    def parse_and_decode_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        # Fixed-size pixels: one vectorized parse and one decode for the whole batch
+        # (~1.6x the records/s of parsing one record per map call).
+        images, parsed = parse_records(batch, config, **_LABEL_SPEC)
+        return images, parsed[features.LABEL_TEXT]
+
+    def parse_and_decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        image, parsed = parse_record(record, config, **_LABEL_SPEC)
+        return image, parsed[features.LABEL_TEXT]
+
     if cache:
-        records = records.cache()
-    if training:  # Shuffle serialized records, before decoding (raw records are stored pixels).
-        records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        records = records.repeat()
-
-    if codec_for(config).batch_decodes:
-        def parse_and_decode_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            # Fixed-size pixels: one vectorized parse and one decode for the whole batch
-            # (~1.6x the records/s of parsing one record per map call).
-            images, parsed = parse_records(batch, config, **_LABEL_SPEC)
-            return images, parsed[features.LABEL_TEXT]
-
-        dataset = records.batch(batch_size, drop_remainder=drop_remainder)
-        dataset = dataset.map(parse_and_decode_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    else:
-        def parse_and_decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-            image, parsed = parse_record(record, config, **_LABEL_SPEC)
-            return image, parsed[features.LABEL_TEXT]
-
-        dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
+        # Decoded pixels are kept, so that later epochs neither parse nor decode: for JPEG storage
+        # that per-record map, beside a CPU-bound training step, made epochs 2 and 3 of a small CNN
+        # ~1.7x slower than the first (docs/benchmarks.md).
+        _check_cache_fits(manifest["splits"].get(split, {}).get("written", 0), config.image_size)
+        if batch_decodes:
+            decoded = records.batch(_CACHE_DECODE_BATCH).map(
+                parse_and_decode_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic).unbatch()
+        else:
+            decoded = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        decoded = decoded.cache()
+        if training:
+            decoded = decoded.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            decoded = decoded.repeat()
+        dataset = decoded.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
                                 deterministic=deterministic)
+    else:
+        if training:  # Shuffle serialized records, before decoding (raw records are stored pixels).
+            records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if repeat:
+            records = records.repeat()
+        if batch_decodes:
+            dataset = records.batch(batch_size, drop_remainder=drop_remainder)
+            dataset = dataset.map(parse_and_decode_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        else:
+            dataset = records.map(parse_and_decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+            dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
+                                    deterministic=deterministic)
 
     def normalize_batch(images: tf.Tensor, label_text: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # One fused op for the whole batch, with the statistics of the saved TFT graph.

@@ -9,6 +9,7 @@ import time
 from benchmarks import (
     data,
     end_to_end,
+    fit,
     job,
     predict,
     quality,
@@ -94,6 +95,7 @@ def main(argv=None, description=None):
         end_to_end.measure(bench, image_set, jobs[image_set.name])
     shrink.measure(bench, large)
     stages.measure(bench, (heavy, light))
+    fit.measure(bench)
     quality.measure(bench)
     quality_job.measure(bench, jobs["heavy"])
 

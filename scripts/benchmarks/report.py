@@ -49,6 +49,10 @@ MEANING = {
     "quality_recall": "planted near-duplicates of real photos found (every transformation class)",
     "quality_precision": "pairs found that are true duplicates (distinct photos kept apart)",
     "quality_job_vs_reader": "whole quality job (real CLI, marginal N vs 10 N rows) / the reader over the same records",
+    "fit_reader_vs_arrays": "a small CNN's `fit` through the reader (raw storage, no augmentation) vs from arrays in "
+                            "memory (images/s)",
+    "fit_cached_jpeg_vs_arrays": "that fit through the reader over JPEG storage with `cache=True` vs from arrays",
+    "fit_accuracy_difference": "largest validation accuracy difference between those reader fits and the arrays fit",
 }
 
 

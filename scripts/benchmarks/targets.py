@@ -33,6 +33,9 @@ TARGETS = {
     "quality_recall": (0.95, True),
     "quality_precision": (0.98, True),
     "quality_job_vs_reader": (0.5, True),  # Issue 22: the whole job at half the rate of reading its input.
+    "fit_reader_vs_arrays": (0.9, True),  # Issue 39: training through the reader vs from arrays in memory.
+    "fit_cached_jpeg_vs_arrays": (0.9, True),
+    "fit_accuracy_difference": (0.01, False),  # The same accuracy, within 0.01.
 }
 
 # Measured on each photo set (heavy and light) by its section, not once: job.py, reader.py, end_to_end.py.

@@ -1,9 +1,11 @@
 """The reader's batch-level pieces in process: augmentation fused with normalization, the training path."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tf_serving_input import make_dataset
+from tf_serving_input.layout import OutputLayout
 from tf_serving_input.normalization import normalize_images
 from tf_serving_input.reader import _augment_fused, augment_and_normalize
 
@@ -65,3 +67,41 @@ def test_augmentation_changes_the_images_of_the_same_seed_and_order(tiny_job):
     assert [y.tolist() for _, y in augmented] == [y.tolist() for _, y in plain]  # The same images, in order.
     assert all(not np.array_equal(a, p) for (a, _), (p, _) in zip(augmented, plain))
     assert all(np.array_equal(p, q) for (p, _), (q, _) in zip(plain, batches(False)))
+
+
+def _batches(out, **kwargs):
+    return [(x.numpy(), y.numpy()) for x, y in make_dataset(out, "train", batch_size=4, **kwargs)]
+
+
+def _sorted_images(batches):
+    images = np.concatenate([x for x, _ in batches])
+    return images[np.lexsort(images.reshape(len(images), -1).T)]
+
+
+# JPEG storage (decoded one record per map call), raw (a batch per call).
+@pytest.mark.parametrize(("run", "storage"), [("tiny_job", "jpeg"), ("tiny_raw_job", "raw")])
+def test_a_cached_reader_yields_what_the_uncached_one_yields_every_epoch(request, run, storage):
+    fixture = request.getfixturevalue(run)
+    out = fixture[0] if run == "tiny_job" else fixture
+    assert OutputLayout(out).load_manifest()["config"]["preprocess"]["image_format"] == storage
+    plain = _batches(out, training=False)
+    cached = make_dataset(out, "train", batch_size=4, training=False, cache=True)
+    for _ in range(2):  # The second pass comes from the cache.
+        epoch = [(x.numpy(), y.numpy()) for x, y in cached]
+        assert len(epoch) == len(plain)
+        assert all(np.array_equal(a, b) and np.array_equal(c, d) for (a, c), (b, d) in zip(epoch, plain))
+    # Training: reshuffled each epoch, the same images every epoch.
+    training = make_dataset(out, "train", batch_size=4, training=True, cache=True, seed=3, augment=False,
+                            drop_remainder=False)
+    epochs = [[(x.numpy(), y.numpy()) for x, y in training] for _ in range(2)]
+    for epoch in epochs:
+        np.testing.assert_array_equal(_sorted_images(epoch), _sorted_images(plain))
+
+
+def test_a_cache_that_would_not_fit_in_memory_is_refused_naming_its_size(tiny_job, monkeypatch):
+    from tf_serving_input import reader
+
+    monkeypatch.setattr(reader, "_available_memory_bytes", lambda: 2 * 16 * 16 * 3)  # Room for one image.
+    with pytest.raises(ValueError, match=r"cache=True would keep \d+ decoded 16x16 images in memory"):
+        make_dataset(tiny_job[0], "train", cache=True)
+    assert make_dataset(tiny_job[0], "train", cache=False) is not None
