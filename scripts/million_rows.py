@@ -17,6 +17,11 @@ What it runs, each stage through the project's real command line:
 6. --queries fresh images (not in the table) embedded through the export's serving_default, searched
    through `database.nearest` (the search command's query, default ef_search), timed one by one; recall@10
    against exact search computed blockwise in NumPy over the Parquet. The same with `--split validation`.
+7. With --quality: `beam-image-pipeline quality` over the job's output (perceptual hashes; the untrained
+   model's embeddings would mean nothing), its group counts from summary.json.
+
+`--source_size everyday --image_size 224 --image_format jpeg` is issue 39's real-sized run: ~500x375 photos
+(~33 KiB) instead of small squares, stored as JPEG since raw 224 px records take ~147 KiB an image.
 
 Each stage reports wall time, rate, peak memory (the sum of PSS over the process tree, so shared pages
 count once; the PostgreSQL server's tree separately) and disk. Writes WORK_DIR/results.json and prints
@@ -103,7 +108,32 @@ def _photo(index, photos, source_size):
     return label, ImageEnhance.Brightness(image).enhance(rng.uniform(0.8, 1.2))
 
 
-def _load_photos():
+def _everyday_photo(index, photos, noise):
+    """Row `index`'s image by the benchmark's everyday (light) recipe: a random 4:3 crop (60-100% of the
+    side) of a full-size sample photo, rescaled (bicubic) to 450-550 x 3/4 of it, mirrored half the time,
+    with sensor-like noise (sigma 2, a window of a precomputed field: drawing it per image would cost more
+    than the rest) and a brightness change; ~500x375, ~33 KiB at quality 90."""
+    from PIL import Image, ImageEnhance
+
+    rng = np.random.default_rng(index)
+    label, photo = photos[index % len(photos)]
+    width = int(rng.integers(450, 551))
+    height = width * 3 // 4
+    fraction = rng.uniform(0.6, 1.0)
+    crop_width = int(min(photo.width, photo.height / 0.75) * fraction)
+    crop_height = int(crop_width * 0.75)
+    left = int(rng.uniform() * (photo.width - crop_width))
+    top = int(rng.uniform() * (photo.height - crop_height))
+    image = photo.crop((left, top, left + crop_width, top + crop_height)).resize((width, height), Image.BICUBIC)
+    if rng.random() < 0.5:
+        image = image.transpose(Image.FLIP_LEFT_RIGHT)
+    image = ImageEnhance.Brightness(image).enhance(rng.uniform(0.8, 1.2))
+    y, x = int(rng.integers(0, noise.shape[0] - height + 1)), int(rng.integers(0, noise.shape[1] - width + 1))
+    pixels = np.asarray(image, np.int16) + noise[y:y + height, x:x + width]
+    return label, Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def _load_photos(full_size=False):
     import csv
 
     from PIL import Image
@@ -114,26 +144,39 @@ def _load_photos():
     photos = []
     for row in rows:
         image = Image.open(os.path.join(folder, row["path"])).convert("RGB")
-        image.thumbnail((192, 192))
+        if not full_size:
+            image.thumbnail((192, 192))
         photos.append((row["label"], image))
     return photos
 
 
 _PHOTOS = None
+_NOISE = None
+EVERYDAY = "everyday"  # --source_size's value for the everyday recipe.
+
+
+def make_image(index, photos, source_size):
+    """(label, PIL image, JPEG quality) of row `index`: square `source_size` images, or everyday photos."""
+    global _NOISE
+    if source_size == EVERYDAY:
+        if _NOISE is None:
+            _NOISE = np.rint(np.random.default_rng(7).normal(0.0, 2.0, (500, 640, 3))).astype(np.int16)
+        return (*_everyday_photo(index, photos, _NOISE), 90)
+    return (*_photo(index, photos, int(source_size)), 85)
 
 
 def _write_range(job):
     global _PHOTOS
     start, stop, folder, source_size = job
     if _PHOTOS is None:
-        _PHOTOS = _load_photos()
+        _PHOTOS = _load_photos(full_size=source_size == EVERYDAY)
     lines = []
     for index in range(start, stop):
         path = os.path.join(folder, f"{index // 1000:05d}", f"{index:07d}.jpg")
         if not os.path.exists(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            label, image = _photo(index, _PHOTOS, source_size)
-            image.save(path + ".tmp", "JPEG", quality=85)
+            label, image, quality = make_image(index, _PHOTOS, source_size)
+            image.save(path + ".tmp", "JPEG", quality=quality)
             os.replace(path + ".tmp", path)
         else:
             label = _PHOTOS[index % len(_PHOTOS)][0]
@@ -169,12 +212,12 @@ def query_images(rows, count, source_size):
     """JPEG bytes of `count` fresh images (row numbers after the table's: never stored)."""
     import io
 
-    photos = _load_photos()
+    photos = _load_photos(full_size=source_size == EVERYDAY)
     found = []
     for index in range(rows, rows + count):
-        _, image = _photo(index, photos, source_size)
+        _, image, quality = make_image(index, photos, source_size)
         buffer = io.BytesIO()
-        image.save(buffer, "JPEG", quality=85)
+        image.save(buffer, "JPEG", quality=quality)
         found.append(buffer.getvalue())
     return found
 
@@ -286,11 +329,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--work_dir", required=True, help="Folder for the images, every output and the database.")
-    parser.add_argument("--source_size", type=int, default=96, help="Side of the generated JPEGs.")
+    parser.add_argument("--source_size", default="96",
+                        help="Side of the generated square JPEGs, or 'everyday': ~500x375 photos at quality 90, "
+                             "~33 KiB (the benchmark's light set recipe).")
     parser.add_argument("--image_size", type=int, default=64, help="The job's --image_size.")
+    parser.add_argument("--image_format", default="raw",
+                        help="The job's --image_format (raw at 224 px is ~147 KiB an image: jpeg fits a disk better).")
+    parser.add_argument("--quality", action="store_true",
+                        help="Run the quality job over the job's output and the predictions too (timed apart).")
     parser.add_argument("--kill_at", type=float, default=0.4, help="Share of Parquet shards before the SIGKILL.")
     parser.add_argument("--queries", type=int, default=1000)
     args = parser.parse_args(argv)
+    if args.source_size != EVERYDAY and not args.source_size.isdigit():
+        parser.error(f"--source_size must be a number of pixels or '{EVERYDAY}', not {args.source_size!r}")
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
     log = os.path.join(work, "run.log")
@@ -307,7 +358,8 @@ def main(argv=None):
     try:
         job_out = os.path.join(work, "job")
         wall, peak, _, _ = run_stage("job", python("-m", "beam_pipeline", "preprocess", "--input_csv", csv_path,
-                                                    "--output_dir", job_out, "--image_size", args.image_size), log,
+                                                    "--output_dir", job_out, "--image_size", args.image_size,
+                                                    "--image_format", args.image_format), log,
                                      server.pid)
         with open(os.path.join(job_out, "manifest.json")) as f:
             job_manifest = json.load(f)
@@ -374,6 +426,20 @@ def main(argv=None):
         server.release()
     results["workflow_seconds"] = round(results["job"]["seconds"] + first[0] + second[0] +
                                         results["search"]["stage_seconds"], 1)
+    if args.quality:
+        # Hashes only: the benchmark's untrained model makes embedding distances meaningless.
+        quality_out = os.path.join(work, "quality")
+        wall, peak, _, _ = run_stage("quality", python("-m", "beam_pipeline", "quality", "--input_dir", job_out,
+                                                        "--output_dir", quality_out, "--overwrite"), log, None)
+        with open(os.path.join(quality_out, "summary.json")) as f:
+            summary = json.load(f)
+        results["quality"] = {"seconds": round(wall, 1), "images_per_s": round(args.rows / wall, 1),
+                              "peak_pss": peak, "bytes": disk_bytes(quality_out),
+                              "summary": {key: summary[key] for key in (
+                                  "images", "exact_groups", "near_groups", "images_in_groups", "near_pairs",
+                                  "oversized_buckets", "flagged_images", "leaking_groups",
+                                  "label_conflict_groups")}}
+        results["workflow_seconds"] = round(results["workflow_seconds"] + wall, 1)
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
     print(json.dumps(results, indent=2))
@@ -402,7 +468,17 @@ def markdown_tables(results):
         ("HNSW index", f"{index['seconds']:,.0f} s", f"{results['rows'] / index['seconds']:,.0f} rows/s", "",
          f"index {database['index'] / gib:.2f} GiB"),
         ("search stage", f"{results['search']['stage_seconds']:,.0f} s", "", "", ""),
-        ("**whole workflow** (job to search)", f"**{results['workflow_seconds']:,.0f} s**", "",
+    ]
+    if "quality" in results:
+        quality = results["quality"]
+        groups = quality["summary"]
+        stages.append(("quality job (hashes)", f"{quality['seconds']:,.0f} s",
+                       f"{quality['images_per_s']:,.0f} images/s", f"{quality['peak_pss'] / gib:.2f} GiB",
+                       f"{groups['exact_groups']:,} exact and {groups['near_groups']:,} near-duplicate groups "
+                       f"({groups['images_in_groups']:,} images), {groups['flagged_images']:,} flagged"))
+    stages += [
+        (f"**whole workflow** (job to {'quality' if 'quality' in results else 'search'})",
+         f"**{results['workflow_seconds']:,.0f} s**", "",
          f"PostgreSQL server: {results['server_peak_pss'] / gib:.2f} GiB",
          f"data folder {database['data_folder'] / gib:.2f} GiB"),
     ]
