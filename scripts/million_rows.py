@@ -326,6 +326,8 @@ def embed(export_dir, images):
 
 # ---------------------------------------------------------------------- the run
 def main(argv=None):
+    from tf_serving_input.features import IMAGE_FORMATS  # No TensorFlow import.
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--work_dir", required=True, help="Folder for the images, every output and the database.")
@@ -333,15 +335,17 @@ def main(argv=None):
                         help="Side of the generated square JPEGs, or 'everyday': ~500x375 photos at quality 90, "
                              "~33 KiB (the benchmark's light set recipe).")
     parser.add_argument("--image_size", type=int, default=64, help="The job's --image_size.")
-    parser.add_argument("--image_format", default="raw",
+    parser.add_argument("--image_format", default="raw", choices=IMAGE_FORMATS,
                         help="The job's --image_format (raw at 224 px is ~147 KiB an image: jpeg fits a disk better).")
     parser.add_argument("--quality", action="store_true",
                         help="Run the quality job over the job's output and the predictions too (timed apart).")
     parser.add_argument("--kill_at", type=float, default=0.4, help="Share of Parquet shards before the SIGKILL.")
     parser.add_argument("--queries", type=int, default=1000)
     args = parser.parse_args(argv)
-    if args.source_size != EVERYDAY and not args.source_size.isdigit():
-        parser.error(f"--source_size must be a number of pixels or '{EVERYDAY}', not {args.source_size!r}")
+    if args.rows < 1:
+        parser.error(f"--rows must be at least 1, not {args.rows}")
+    if args.source_size != EVERYDAY and not (args.source_size.isdigit() and int(args.source_size) >= 8):
+        parser.error(f"--source_size must be a number of pixels (8 or more) or '{EVERYDAY}', not {args.source_size!r}")
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)
     log = os.path.join(work, "run.log")
