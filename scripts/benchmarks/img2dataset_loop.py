@@ -30,11 +30,15 @@ def ensure_installed(folder):
     """The img2dataset command in its own virtual environment under `folder` (made once)."""
     venv = os.path.join(folder, f"img2dataset-{VERSION}")
     command = os.path.join(venv, "bin", "img2dataset")
-    if not os.path.exists(command):
+    stamp = os.path.join(venv, "installed")  # Written last: an install cut short is redone, not trusted.
+    if not os.path.exists(stamp):
         shutil.rmtree(venv, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", venv], check=True)
         subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--quiet", f"img2dataset=={VERSION}"], check=True)
+        subprocess.run([command, "--help"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(stamp, "w") as f:
+            f.write(f"img2dataset=={VERSION}\n")
     return command
 
 
