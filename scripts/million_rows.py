@@ -32,6 +32,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,12 +231,23 @@ def run_stage(name, command, log, server_pid, kill_when=None):
     with open(log, "a") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
         killed = False
-        with PeakMemory(tree=process.pid, server=server_pid) as memory:
-            while process.poll() is None:
-                if kill_when is not None and not killed and kill_when():
+        try:
+            with PeakMemory(tree=process.pid, server=server_pid) as memory:
+                while process.poll() is None:
+                    if kill_when is not None and not killed and kill_when():
+                        os.killpg(process.pid, signal.SIGKILL)
+                        killed = True
+                    time.sleep(1.0)
+        except BaseException:
+            # Stopped (Ctrl-C, SIGTERM, an error): the stage's own session would outlive us and keep
+            # its output folder locked, so stop it too.
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
-                    killed = True
-                time.sleep(1.0)
+            raise
     wall = time.monotonic() - started
     if process.returncode != 0 and not killed:
         raise RuntimeError(f"{name} failed (exit {process.returncode}); its output: {log}")
@@ -342,9 +354,17 @@ def main(argv=None):
     parser.add_argument("--kill_at", type=float, default=0.4, help="Share of Parquet shards before the SIGKILL.")
     parser.add_argument("--queries", type=int, default=1000)
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so that run_stage stops the running stage.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.rows < 1:
         parser.error(f"--rows must be at least 1, not {args.rows}")
-    if args.source_size != EVERYDAY and not (args.source_size.isdigit() and int(args.source_size) >= 8):
+    if args.image_size < 8:
+        parser.error(f"--image_size must be at least 8, not {args.image_size}")
+    if args.queries < 1:
+        parser.error(f"--queries must be at least 1, not {args.queries}")
+    if not 0 < args.kill_at < 1:
+        parser.error(f"--kill_at must be a share of the shards between 0 and 1, not {args.kill_at}")
+    if args.source_size != EVERYDAY and not (re.fullmatch("[0-9]+", args.source_size) and int(args.source_size) >= 8):
         parser.error(f"--source_size must be a number of pixels (8 or more) or '{EVERYDAY}', not {args.source_size!r}")
     work = os.path.abspath(args.work_dir)
     os.makedirs(work, exist_ok=True)

@@ -143,7 +143,8 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
         step; raw storage reads about as fast without it. Refused with a ValueError when the
         split would take over half of the available memory. Files are then read in the first
         epoch's order; records are still shuffled every epoch when training.
-      seed: seed for shuffling and augmentation (reproducible order when set).
+      seed: seed for shuffling and augmentation (the same crops and flips when set; the same order
+        only with `deterministic=True` too, since parallel maps otherwise yield as they finish).
       drop_remainder: drop the last partial batch; defaults to `training`.
       augment: a random flip and random resized crop per image (`augment_and_normalize`, fused
         with the normalization into one XLA pass); defaults to `training`.

@@ -14,6 +14,7 @@ as the job's is, so its start-up cancels.
 import glob
 import json
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def ensure_installed(folder):
     venv = os.path.join(folder, f"img2dataset-{VERSION}")
     command = os.path.join(venv, "bin", "img2dataset")
     stamp = os.path.join(venv, "installed")  # Written last: an install cut short is redone, not trusted.
-    if not os.path.exists(stamp):
+    if not (os.path.exists(stamp) and os.access(command, os.X_OK)):
         shutil.rmtree(venv, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", venv], check=True)
@@ -48,15 +49,19 @@ def _run(command, paths, rows, folder):
     os.makedirs(folder)
     urls = os.path.join(folder, "urls.txt")
     with open(urls, "w", encoding="utf-8") as f:
-        f.writelines(f"file://{os.path.abspath(paths[i % len(paths)])}\n" for i in range(rows))
+        f.writelines(f"{pathlib.Path(paths[i % len(paths)]).absolute().as_uri()}\n" for i in range(rows))
     out = os.path.join(folder, "out")
     settle()
     started = time.perf_counter()
-    subprocess.run([command, "--url_list", urls, "--output_folder", out, "--image_size", "224",
-                    "--resize_mode", "center_crop", "--processes_count", str(CORES), "--thread_count", str(THREADS),
-                    "--output_format", "webdataset", "--number_sample_per_shard", "1000"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = os.path.join(folder, "img2dataset.log")
+    with open(log, "w") as output:
+        finished = subprocess.run([command, "--url_list", urls, "--output_folder", out, "--image_size", "224",
+                                   "--resize_mode", "center_crop", "--processes_count", str(CORES),
+                                   "--thread_count", str(THREADS), "--output_format", "webdataset",
+                                   "--number_sample_per_shard", "1000"], stdout=output, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - started
+    if finished.returncode != 0:
+        raise RuntimeError(f"img2dataset failed (exit {finished.returncode}); its output: {log}")
     written = sum(_stats(path)["successes"] for path in glob.glob(os.path.join(out, "*_stats.json")))
     if written != rows:
         raise RuntimeError(f"img2dataset wrote {written} of {rows} images into {out}: see its *_stats.json")
