@@ -23,6 +23,7 @@ from tf_serving_input import features
 from tf_serving_input.codecs import codec_for, parse_record, parse_records
 from tf_serving_input.features import PreprocessConfig
 from tf_serving_input.layout import OutputLayout
+from tf_serving_input.machine import available_memory_bytes
 from tf_serving_input.normalization import normalize_images, read_statistics
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -50,22 +51,10 @@ def _usable_cores() -> int:
 _CACHE_DECODE_BATCH = 256
 
 
-def _available_memory_bytes() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def _check_cache_fits(images: int, image_size: int) -> None:
     """Raises ValueError when `images` decoded images would take over half of the available memory."""
     needed = images * image_size * image_size * 3
-    available = _available_memory_bytes()
+    available = available_memory_bytes()
     if available is not None and needed > available // 2:
         raise ValueError(f"cache=True would keep {images:,} decoded {image_size}x{image_size} images in memory "
                          f"({needed / 2**30:.1f} GiB), over half of the {available / 2**30:.1f} GiB available: "

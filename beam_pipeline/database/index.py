@@ -26,6 +26,7 @@ from beam_pipeline.common.embeddings import embedding_type as embedding_type_nam
 from beam_pipeline.common.embeddings import of_column_type
 from beam_pipeline.database.connection import DatabaseError, connect, describe
 from beam_pipeline.database.names import index_name
+from tf_serving_input.machine import available_memory_bytes
 
 # pgvector's own defaults, which its documentation and our recall checks are measured at.
 DEFAULT_M = 16
@@ -88,14 +89,7 @@ def build_bytes(rows: int, dimensions: int, embedding_dtype: str, m: int = DEFAU
 
 def available_memory() -> int:
     """Bytes this machine has available now (MemAvailable), or 1 GiB where /proc/meminfo cannot say."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 30
+    return available_memory_bytes() or 1 << 30
 
 
 def build_memory(rows: int, dimensions: int, embedding_dtype: str, m: int = DEFAULT_M,

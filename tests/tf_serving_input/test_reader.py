@@ -101,7 +101,7 @@ def test_a_cached_reader_yields_what_the_uncached_one_yields_every_epoch(request
 def test_a_cache_that_would_not_fit_in_memory_is_refused_naming_its_size(tiny_job, monkeypatch):
     from tf_serving_input import reader
 
-    monkeypatch.setattr(reader, "_available_memory_bytes", lambda: 2 * 16 * 16 * 3)  # Room for one image.
+    monkeypatch.setattr(reader, "available_memory_bytes", lambda: 2 * 16 * 16 * 3)  # Room for one image.
     with pytest.raises(ValueError, match=r"cache=True would keep \d+ decoded 16x16 images in memory"):
         make_dataset(tiny_job[0], "train", cache=True)
     assert make_dataset(tiny_job[0], "train", cache=False) is not None
