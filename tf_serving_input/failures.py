@@ -26,6 +26,21 @@ UNEXPECTED = "unexpected"
 # The predict job and its database load (not the preprocessing job).
 INPUT_SHARD_DAMAGED = "input_shard_damaged"
 UNSTORABLE_TEXT = "unstorable_text"
+# Rows whose path cell is an http(s) URL (beam_pipeline/common/http_fetch.py).
+BAD_URL = "bad_url"
+DNS_FAILED = "dns_failed"
+CONNECTION_FAILED = "connection_failed"
+TLS_FAILED = "tls_failed"
+TIMEOUT = "timeout"
+HTTP_403 = "http_403"
+HTTP_404 = "http_404"
+HTTP_410 = "http_410"
+HTTP_4XX = "http_4xx"
+HTTP_429 = "http_429"
+HTTP_5XX = "http_5xx"
+TOO_MANY_REDIRECTS = "too_many_redirects"
+TOO_LARGE = "too_large"
+OPTED_OUT = "opted_out"
 
 REASONS = {
     FILE_NOT_FOUND: ("the path names no file: nothing is there, a symbolic link points at nothing, or a name on "
@@ -47,7 +62,29 @@ REASONS = {
     INPUT_SHARD_DAMAGED: ("the job's shard holding the row is truncated, or does not match the SHA-256 in the job's "
                           "manifest or its records' CRCs (the detail says which): it was not predicted"),
     UNSTORABLE_TEXT: "the row holds text the database cannot store (a NUL byte): it is in Parquet, not in the table",
+    BAD_URL: ("the URL cannot be fetched: a scheme other than http(s) (ftp:, data:, ...; file:// and the Beam "
+              "filesystems' schemes are files), an unparsable URL, a redirect without a Location or to another "
+              "scheme, or an address on a loopback, private or link-local network without --url_allow_private"),
+    DNS_FAILED: "the URL's host name does not resolve",
+    CONNECTION_FAILED: ("the connection was refused, reset or closed before the whole body came, after "
+                        "--url_max_attempts attempts"),
+    TLS_FAILED: "the HTTPS handshake failed: a certificate that does not match or is not trusted, or no TLS there",
+    TIMEOUT: ("connecting or reading took longer than --url_connect_timeout / --url_read_timeout, or the whole "
+              "fetch (redirects and retries included) longer than --url_timeout"),
+    HTTP_403: "the server answered 403 Forbidden",
+    HTTP_404: "the server answered 404 Not Found",
+    HTTP_410: "the server answered 410 Gone",
+    HTTP_4XX: "the server answered another 4xx status (the detail names it); never retried",
+    HTTP_429: "the server answered 429 Too Many Requests on every attempt (Retry-After honoured up to its cap)",
+    HTTP_5XX: "the server answered a 5xx status on every attempt",
+    TOO_MANY_REDIRECTS: "the URL redirected more than --url_max_redirects times",
+    TOO_LARGE: "the server's body is larger than --max_file_bytes (refused as it streams, or from Content-Length)",
+    OPTED_OUT: ("the server opted the image out of AI use (X-Robots-Tag noai, noimageai, noindex or noimageindex, "
+                "for all agents or for beam-image-pipeline): it is not written"),
 }
+
+# Failures a later `--retry_failed` run fetches again: they may not happen twice.
+TRANSIENT = frozenset({TIMEOUT, CONNECTION_FAILED, HTTP_429, HTTP_5XX})
 
 # The checks the preprocessing makes before decoding (preprocessing.inspect_image), by the index
 # its TensorFlow ops return; preprocessing.problem_detail says what each found.
@@ -55,13 +92,22 @@ PROBLEMS = (None, NOT_AN_IMAGE, UNSUPPORTED_FORMAT, TOO_MANY_PIXELS, CORRUPT)
 
 
 class RowFailure(Exception):
-    """One row's failure: a stable `reason` code and a readable `detail`."""
+    """One row's failure: a stable `reason` code and a readable `detail`.
 
-    def __init__(self, reason: str, detail: str) -> None:
+    `fields` holds what errors.jsonl adds for a URL row (`url` without its password, `http_status`,
+    `attempts`); it is empty for files and takes no part in equality.
+    """
+
+    def __init__(self, reason: str, detail: str, fields: dict[str, object] | None = None) -> None:
         assert reason in REASONS, reason
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+        self.fields = dict(fields or {})
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Exceptions pickle their args only: keep the fields when a failure crosses processes.
+        return (RowFailure, (self.reason, self.detail, self.fields))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RowFailure) and (self.reason, self.detail) == (other.reason, other.detail)

@@ -58,3 +58,21 @@ def redact_argv(argv: Iterable[str]) -> str:
         for candidate in re.findall(r"[a-zA-Z][a-zA-Z0-9+.-]*://\S+", argument):
             register_url(candidate)
     return redact(" ".join(argv))
+
+
+def redact_url(url: str) -> str:
+    """`url` with its password replaced by ***, structurally (the user name stays): for a URL row, once.
+
+    Not `register`: a CSV may hold a password per row, and a registered secret is searched in every
+    later `redact` call.
+    """
+    try:
+        parts = urllib.parse.urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return redact(url)
+    if password is None:
+        return redact(url)
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user = userinfo.partition(":")[0]
+    return redact(urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}")))

@@ -18,7 +18,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from beam_pipeline.common import terminal
+from beam_pipeline.common import terminal, urls
+from beam_pipeline.common.redact import redact_url
 from tf_serving_input import failures
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ class Row:
       label: the label text, '' when unlabeled.
       split: the split name ('train' when the CSV has no split column).
       key: stable hexadecimal key of the row (see `row_key`).
+      fetch_url: for an http(s) URL with a password only: the URL as written, which only the fetch
+        reads; `source` and `path` then hold it with the password replaced by ***, so no output,
+        log or database ever sees it.
     """
 
     index: int
@@ -78,6 +82,7 @@ class Row:
     label: str
     split: str
     key: str
+    fetch_url: str = dataclasses.field(default="", repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,9 +246,18 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
                        "which a label cannot hold (the statistics' vocabulary is one label per line, and the "
                        "database's text cannot hold NUL): remove it")
     source = cell(path_at)
-    return Row(index=index, line=line, source=source,
-               path=resolve_path(source, csv_path) if source.strip() else "",
-               label=label, split=split, key=row_key(index, source))
+    fetch_url = ""
+    if urls.is_http_url(source):
+        shown = redact_url(source)
+        if shown != source:  # The password goes no further than the fetch.
+            source, fetch_url = shown, source
+        path = source.strip()
+    elif urls.refused_scheme(source):
+        path = source.strip()  # Not a relative file: read_image_bytes fails it as bad_url.
+    else:
+        path = resolve_path(source, csv_path) if source.strip() else ""
+    return Row(index=index, line=line, source=source, path=path, label=label, split=split,
+               key=row_key(index, source), fetch_url=fetch_url)
 
 
 def row_keys(csv_path: str, columns: CsvColumns = CsvColumns()) -> list[str]:
@@ -330,9 +344,34 @@ def group_rows_by_shard(pipeline: beam.Pipeline, input_csv: str, columns: CsvCol
 
 
 def failure_record(row: RowLike, failure: failures.RowFailure) -> dict[str, Any]:
-    """The errors.jsonl entry of a failed Row."""
+    """The errors.jsonl entry of a failed Row; a URL row's also has `url`, `http_status` and `attempts`."""
     return {"source": row.source, "key": row.key, "line": row.line, "split": row.split,
-            "reason": failure.reason, "detail": failure.detail}
+            "reason": failure.reason, "detail": failure.detail, **failure.fields}
+
+
+def _refuse_unreadable_scheme(path: str) -> None:
+    """A path no filesystem reads fails its row as bad_url: ftp:, data:, an unknown scheme, or a URL here.
+
+    http(s) rows are fetched by the preprocess job's RowReader, never through this function.
+    """
+    from apache_beam.io.filesystems import FileSystems
+
+    shown = redact_url(path)
+    if urls.is_http_url(path):
+        raise urls.bad_url(f"{shown}: URL rows are fetched by the preprocess job only; download the image first",
+                           shown)
+    scheme = urls.refused_scheme(path)
+    if scheme is not None:
+        raise urls.bad_url(f"{terminal.shown(shown, terminal.PATH_WIDTH)}: the scheme {scheme}: names no image "
+                           "this job can read (http(s) URLs and files are read)", shown)
+    if "://" in path:
+        try:
+            FileSystems.get_filesystem(path)
+        except ValueError:
+            scheme = path.split("://", 1)[0]
+            raise urls.bad_url(f"{terminal.shown(shown, terminal.PATH_WIDTH)}: no filesystem reads the scheme "
+                               f"{terminal.shown(scheme, 40)}:// (http(s) URLs and Beam's filesystems are read)",
+                               shown) from None
 
 
 def _refuse_special_file(path: str) -> None:
@@ -429,6 +468,7 @@ def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> byte
 
     if not path:
         raise failures.RowFailure(failures.FILE_NOT_FOUND, "the row's path is empty")
+    _refuse_unreadable_scheme(path)
     _refuse_special_file(path)
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:

@@ -10,6 +10,7 @@ from beam_pipeline.common import flags
 from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.flags import DEFAULT_RUNNER, absolute_if_local, with_local_defaults
 from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES
+from beam_pipeline.common.urls import FetchConfig
 from tf_serving_input.features import IMAGE_FORMATS, RESIZE_MODES, PreprocessConfig
 from tf_serving_input.layout import LAYOUT_VERSION
 
@@ -27,9 +28,17 @@ class JobConfig:
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
     overwrite: bool = False
     progress: bool = True
+    fetch: FetchConfig = FetchConfig()
+    retry_failed: bool = False
 
     def to_dict(self):
-        """JSON-serializable configuration, as recorded in the manifest."""
+        """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
+
+        The URL flags that only tune fetching are not part of it, so a rerun or `--retry_failed` may
+        change them; `url_allow_private` changes which rows can be written, so it is, but only when
+        set: an output made before URL rows existed still resumes.
+        """
+        extra = {"url_allow_private": True} if self.fetch.allow_private else {}
         return {
             "layout_version": LAYOUT_VERSION,
             "input_csv": self.input_csv,
@@ -38,6 +47,7 @@ class JobConfig:
             "num_shards": self.num_shards,
             "max_error_rate": self.max_error_rate,
             "max_file_bytes": self.max_file_bytes,
+            **extra,
         }
 
 
@@ -77,6 +87,11 @@ def build_parser(prog="beam-image-pipeline preprocess"):
                              "decode (docs/benchmarks.md); --no-jpeg_shrink_on_load decodes in full.")
     flags.add_csv_flags(parser)
     flags.add_run_flags(parser)
+    parser.add_argument("--retry_failed", action="store_true",
+                        help="Rerun a finished or killed run (the same flags) fetching again only the URL rows that "
+                             "failed transiently (timeout, connection_failed, http_429, http_5xx); recovered rows "
+                             "join the same shards, each key once. Not with --overwrite.")
+    flags.add_url_flags(parser)
     return parser
 
 
@@ -92,10 +107,14 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     except ValueError as error:
         parser.error(str(error))
     flags.check_run_flags(parser, args)
+    fetch = flags.url_config(parser, args)
+    if args.retry_failed and args.overwrite:
+        parser.error("--retry_failed adds to an earlier run's output; --overwrite would replace it: pass one")
     job = JobConfig(
         input_csv=absolute_if_local(args.input_csv), output_dir=absolute_if_local(args.output_dir),
         preprocess=preprocess,
         columns=flags.csv_columns(args),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
-        max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress)
+        max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
+        fetch=fetch, retry_failed=args.retry_failed)
     return job, with_local_defaults(beam_args)

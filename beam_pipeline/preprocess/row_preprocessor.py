@@ -82,18 +82,28 @@ class RowPreprocessor:
         self._preprocess = preprocess
 
     def __call__(self, rows):
-        """Yields (row, Written or RowFailure) for every row, in order.
+        """Yields (row, Written or RowFailure) for every row, in order, reading each row's file here.
 
         Streams: at most `rows_per_call` files (BYTES_PER_CALL bytes) wait for a
         call, plus the file just read.
         """
+        return self.preprocess_reads((row, self._read(row)) for row in rows)
+
+    def _read(self, row):
+        try:
+            return self._read_file(row.path, self._max_file_bytes)
+        except failures.RowFailure as failure:
+            return failure
+
+    def preprocess_reads(self, reads):
+        """Yields (row, Written or RowFailure) for (row, bytes or RowFailure) pairs read elsewhere, in order.
+
+        The pairs come from a `RowReader` when a shard holds URL rows: it fetches ahead while TensorFlow
+        works on what is here.
+        """
         pending = []  # (row, file bytes or the RowFailure of reading it)
         files, file_bytes = 0, 0  # Of the pending rows, those read: they await one call.
-        for row in rows:
-            try:
-                item = self._read_file(row.path, self._max_file_bytes)
-            except failures.RowFailure as failure:
-                item = failure
+        for row, item in reads:
             if isinstance(item, bytes):
                 if files and (files >= self._rows_per_call or file_bytes + len(item) > BYTES_PER_CALL):
                     yield from self._flush(pending)

@@ -16,17 +16,31 @@ import numpy as np
 
 from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.fast_exit import skip_final_collection
-from beam_pipeline.common.records import iter_records, parse_example
+from beam_pipeline.common.records import frame_record, iter_records, parse_example
+from beam_pipeline.common.row_reader import RowReader
 from beam_pipeline.common.rows import failure_record
 from beam_pipeline.common.runners import configure_tensorflow_threads
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
+from beam_pipeline.common.urls import FetchConfig, is_http_url
 from beam_pipeline.preprocess.analysis import DESIRED_BATCH_SIZE, to_record_batch
 from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor, Written
-from tf_serving_input import features
+from tf_serving_input import failures, features
 from tf_serving_input.features import PIXEL_MOMENTS as MOMENTS
 from tf_serving_input.layout import OutputLayout, shard_name
 
 STATS_TAG = "stats"
+
+
+def _features(record):
+    return parse_example(record).features.feature
+
+
+def _label(record):
+    return _features(record)[features.LABEL_TEXT].bytes_list.value[0]
+
+
+def _key(record):
+    return _features(record)[features.IMAGE_KEY].bytes_list.value[0].decode("utf-8")
 
 
 def statistics_batches(total_moments, labels):
@@ -49,28 +63,45 @@ class WriteShardFn(beam.DoFn):
     """
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=csv_source.DEFAULT_MAX_FILE_BYTES,
-                 stats_split=csv_source.DEFAULT_SPLIT):
+                 stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False):
         self._layout = OutputLayout(output_dir)
         self._config = preprocess_config
         self._shard_counts = dict(shard_counts)
         self._max_file_bytes = max_file_bytes
         self._stats_split = stats_split
+        self._fetch_config = fetch_config or FetchConfig()
+        self._retry_failed = retry_failed
         self._preprocessor = None
+        self._row_reader = None  # Started for the first shard holding URL rows, not in __init__ (it pickles).
 
     def setup(self):
         configure_tensorflow_threads()
         skip_final_collection()
         self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes)
 
+    def teardown(self):
+        if self._row_reader is not None:
+            self._row_reader.close()
+            self._row_reader = None
+
+    def _outcomes(self, rows):
+        """(row, Written | RowFailure) in row order: files read here as before; URL rows fetched concurrently."""
+        if not any(is_http_url(row.path) for row in rows):
+            return self._preprocessor(rows)
+        if self._row_reader is None:
+            self._row_reader = RowReader(self._fetch_config, self._max_file_bytes)
+        return self._preprocessor.preprocess_reads(self._row_reader.reads(rows))
+
     def process(self, element):
         (split, shard_index), rows = element
         name = shard_name(split, shard_index, self._shard_counts[split])
         rows = sorted(rows, key=lambda row: row.index)  # Same file bytes whatever the shuffle did.
         finished = read_verified(self._layout, name, len(rows))
+        if finished is not None and self._retry_failed:
+            finished = self._retry(name, rows, *finished)
         if finished is not None:  # An earlier run wrote it: keep the file, re-emit from its status.
             status, data = finished
-            labels = [parse_example(record).features.feature[features.LABEL_TEXT].bytes_list.value[0]
-                      for record in iter_records(data)]
+            labels = [_label(record) for record in iter_records(data)]
             status = dict(status, resumed=True)
         else:
             status, labels = self._write(split, shard_index, name, rows)
@@ -79,12 +110,48 @@ class WriteShardFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(STATS_TAG, batch)
         yield status
 
+    def _retry(self, name, rows, status, data):
+        """(status, data) of a finished shard after fetching again its rows that failed transiently.
+
+        The shard becomes what a fresh run would have written had those rows succeeded at once: the
+        kept records byte for byte, the recovered ones in row order, each key once, the moments
+        summed. Nothing recovered: the shard and its status stay as they are.
+        """
+        retried = {entry["key"] for entry in status["failed"] if entry["reason"] in failures.TRANSIENT}
+        again = [row for row in rows if row.key in retried]
+        if not again:
+            return status, data
+        started = time.time()
+        outcomes = dict((row.key, outcome) for row, outcome in self._outcomes(again))
+        recovered = {key: outcome for key, outcome in outcomes.items() if isinstance(outcome, Written)}
+        if not recovered:
+            return status, data
+        index_of = {row.key: row.index for row in rows}
+        records = [(index_of[_key(record)], record) for record in iter_records(data)]
+        records += [(index_of[key], outcome.record) for key, outcome in recovered.items()]
+        failed = [entry for entry in status["failed"] if entry["key"] not in retried]
+        failed += [failure_record(row, outcomes[row.key]) for row in again if row.key not in recovered]
+        failed.sort(key=lambda entry: index_of[entry["key"]])
+        moments = np.asarray(status["pixel_moments"], np.int64)
+        for outcome in recovered.values():
+            moments += outcome.moments
+        with ShardFileWriter(self._layout, name) as shard:
+            for _, record in sorted(records, key=lambda pair: pair[0]):
+                shard.write_record(record)
+            status = shard.publish(dict(
+                {key: status[key] for key in ("split", "index", "num_shards", "rows")},
+                failed=failed, pixel_moments=moments.tolist(), started=round(started, 3),
+                seconds=round(time.time() - started, 3), worker_pid=os.getpid(),
+                retried={"rows": len(again), "recovered": len(recovered)}))
+        return read_verified(self._layout, name, len(rows)) or (status, b"".join(
+            frame_record(record) for _, record in sorted(records, key=lambda pair: pair[0])))
+
     def _write(self, split, shard_index, name, rows):
         started = time.time()
         failed, labels = [], []
         moments = np.zeros(MOMENTS, np.int64)
         with ShardFileWriter(self._layout, name) as shard:
-            for row, outcome in self._preprocessor(rows):
+            for row, outcome in self._outcomes(rows):
                 if isinstance(outcome, Written):
                     shard.write_record(outcome.record)
                     moments += outcome.moments

@@ -1,0 +1,246 @@
+"""HttpFetcher against a real HTTP server on loopback: every hostile answer ends in its reason code.
+
+Timeouts are short (a second or less) and backoff tiny, so the whole file takes a few seconds.
+"""
+
+import threading
+import time
+
+import pytest
+
+import http_server as serve
+from beam_pipeline.common.http_fetch import HttpFetcher, user_agent
+from beam_pipeline.common.urls import FetchConfig
+from imaging import encode, quadrants
+from tf_serving_input import failures
+
+JPEG = encode(quadrants(), "JPEG")
+PNG = encode(quadrants(), "PNG")
+FAST = FetchConfig(concurrency=8, per_host=4, connect_timeout=1.0, read_timeout=0.5, total_timeout=1.5,
+                   max_attempts=3, max_redirects=3, retry_after_max=2.0, allow_private=True, backoff_base=0.01)
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = serve.LoopbackServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def fetcher():
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
+    yield fetcher
+    fetcher.close()
+
+
+def failure_of(fetcher, url):
+    with pytest.raises(failures.RowFailure) as caught:
+        fetcher.fetch(url)
+    return caught.value
+
+
+def test_images_come_back_byte_for_byte_plain_chunked_gzip_and_non_ascii(server, fetcher):
+    assert fetcher.fetch(server.route("/ok/a.jpg", serve.image(JPEG))) == JPEG
+    assert fetcher.fetch(server.route("/ok/b.png", serve.chunked(PNG, piece=100))) == PNG
+    assert fetcher.fetch(server.route("/ok/c.jpg", serve.gzipped(JPEG))) == JPEG
+    # Non-ASCII path and query: sent percent-encoded as UTF-8, a valid %XX kept as it is.
+    server.route("/ok/%C3%BC%20x.jpg", serve.image(JPEG))
+    assert fetcher.fetch(server.url("/ok/ü x.jpg?q=é%41")) == JPEG
+    headers = server.headers("/ok/a.jpg")[0]
+    assert headers["User-Agent"] == user_agent() and "beam-image-pipeline/" in headers["User-Agent"]
+    assert headers["Accept-Encoding"] == "gzip, deflate"
+
+
+@pytest.mark.parametrize("code, reason", [(404, failures.HTTP_404), (403, failures.HTTP_403),
+                                          (410, failures.HTTP_410), (401, failures.HTTP_4XX),
+                                          (451, failures.HTTP_4XX)])
+def test_client_errors_fail_at_once_with_their_code(server, fetcher, code, reason):
+    url = server.route(f"/status/{code}", serve.status(code))
+    failure = failure_of(fetcher, url)
+    assert (failure.reason, failure.fields["http_status"], failure.fields["attempts"]) == (reason, code, 1)
+    assert server.requests(f"/status/{code}") == 1  # Never retried.
+    assert failure.fields["url"] == url
+
+
+def test_a_5xx_then_200_is_retried_until_it_wins(server, fetcher):
+    url = server.route("/flaky/500", serve.flaky(2, 500, serve.image(JPEG)))
+    assert fetcher.fetch(url) == JPEG
+    assert server.requests("/flaky/500") == 3
+
+
+def test_always_5xx_and_always_429_fail_after_max_attempts(server, fetcher):
+    failure = failure_of(fetcher, server.route("/always/503", serve.status(503)))
+    assert (failure.reason, failure.fields["http_status"], failure.fields["attempts"]) == (failures.HTTP_5XX, 503, 3)
+    assert server.requests("/always/503") == 3
+    failure = failure_of(fetcher, server.route("/always/429", serve.status(429)))
+    assert (failure.reason, failure.fields["attempts"]) == (failures.HTTP_429, 3)
+
+
+def test_retry_after_is_honoured_up_to_its_cap(server):
+    fetcher = HttpFetcher(FetchConfig(**{**FAST.__dict__, "total_timeout": 5.0}), max_bytes=64 * 1024)
+    try:
+        url = server.route("/retry_after/1", serve.flaky(1, 429, serve.image(JPEG)))
+        started = time.monotonic()
+        # The 429 of the first request says Retry-After 1 second.
+        server.route("/retry_after/1", lambda handler, number: (
+            serve.status(429, {"Retry-After": "1"}) if number == 1 else serve.image(JPEG))(handler, number))
+        assert fetcher.fetch(url) == JPEG
+        assert time.monotonic() - started >= 1.0
+        # Over --url_retry_after_max: fails at once, after one attempt.
+        url = server.route("/retry_after/3600", serve.status(429, {"Retry-After": "3600"}))
+        failure = failure_of(fetcher, url)
+        assert (failure.reason, failure.fields["attempts"]) == (failures.HTTP_429, 1)
+        assert "Retry-After" in failure.detail
+    finally:
+        fetcher.close()
+
+
+def test_redirects_are_followed_and_a_loop_stops(server, fetcher):
+    server.route("/redirect/target.jpg", serve.image(JPEG))
+    assert fetcher.fetch(server.route("/redirect/one", serve.redirect("/redirect/target.jpg", 301))) == JPEG
+    server.route("/redirect/loop-a", serve.redirect("/redirect/loop-b"))
+    server.route("/redirect/loop-b", serve.redirect("/redirect/loop-a"))
+    failure = failure_of(fetcher, server.url("/redirect/loop-a"))
+    assert failure.reason == failures.TOO_MANY_REDIRECTS
+    failure = failure_of(fetcher, server.route("/redirect/ftp", serve.redirect("ftp://127.0.0.1/x.jpg")))
+    assert failure.reason == failures.BAD_URL and "ftp" in failure.detail
+    failure = failure_of(fetcher, server.route("/redirect/no-location", serve.status(302)))
+    assert failure.reason == failures.BAD_URL
+
+
+def test_private_addresses_are_refused_without_the_flag_even_after_a_redirect(server):
+    strict = FetchConfig(**{**FAST.__dict__, "allow_private": False})
+    # The tests' own server is exempt (an argument for tests, not a flag): only the redirect is judged.
+    fetcher = HttpFetcher(strict, max_bytes=64 * 1024, exempt=frozenset({("127.0.0.1", server.port)}))
+    refused = HttpFetcher(strict, max_bytes=64 * 1024)
+    try:
+        before = server.connections
+        failure = failure_of(refused, server.url("/private/direct.jpg"))
+        assert failure.reason == failures.BAD_URL and "loopback" in failure.detail
+        assert "--url_allow_private" in failure.detail
+        assert server.connections == before  # Never connected.
+        for target in ("http://10.0.0.1/x.jpg", "http://127.0.0.2/x.jpg", "http://[::1]/x.jpg",
+                       "http://169.254.169.254/latest/meta-data"):
+            path = f"/private/to-{abs(hash(target))}"
+            failure = failure_of(fetcher, server.route(path, serve.redirect(target)))
+            assert failure.reason == failures.BAD_URL, target
+    finally:
+        fetcher.close()
+        refused.close()
+
+
+def test_the_checked_address_is_the_one_connected_to(server):
+    """DNS rebinding: the name resolves once per hop, to a checked address, and the connection goes there."""
+    answers = []
+
+    def resolver(host, port):
+        answers.append(host)
+        return ["127.0.0.1"] if len(answers) == 1 else ["10.0.0.1"]
+
+    server.route("/rebind/a.jpg", serve.image(JPEG))
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024, resolver=resolver)
+    try:
+        url = f"http://rebind.example:{server.port}/rebind/a.jpg"
+        assert fetcher.fetch(url) == JPEG
+        assert answers == ["rebind.example"]
+        assert server.headers("/rebind/a.jpg")[0]["Host"] == f"rebind.example:{server.port}"
+    finally:
+        fetcher.close()
+
+
+def test_unresolvable_names_fail_as_dns_failed(server):
+    import socket
+
+    def resolver(host, port):
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024, resolver=resolver)
+    try:
+        failure = failure_of(fetcher, "http://no-such-host.invalid/a.jpg")
+        assert failure.reason == failures.DNS_FAILED and "no-such-host.invalid" in failure.detail
+    finally:
+        fetcher.close()
+
+
+def test_trickle_and_stall_end_as_timeout_within_the_total(server, fetcher):
+    for path, behaviour in (("/slow/trickle", serve.trickle(JPEG, every=0.1)), ("/slow/stall", serve.stall(5))):
+        started = time.monotonic()
+        failure = failure_of(fetcher, server.route(path, behaviour))
+        assert failure.reason == failures.TIMEOUT, (path, failure)
+        assert time.monotonic() - started < FAST.total_timeout + 1.0
+
+
+def test_a_reset_mid_body_and_a_short_body_fail_as_connection_failed(server, fetcher):
+    failure = failure_of(fetcher, server.route("/broken/reset", serve.reset_mid_body(JPEG)))
+    assert failure.reason == failures.CONNECTION_FAILED and failure.fields["attempts"] == 3
+
+
+def test_a_huge_content_length_is_refused_without_reading_and_a_long_body_never_leaks(server, fetcher):
+    failure = failure_of(fetcher, server.route("/size/claims-2gb", serve.claims_length(2 * 1024 ** 3)))
+    assert failure.reason == failures.TOO_LARGE and "Content-Length" in failure.detail
+    big = bytes(100 * 1024)
+    failure = failure_of(fetcher, server.route("/size/chunked-big", serve.chunked(big)))
+    assert failure.reason == failures.TOO_LARGE
+    # Bytes after the Content-Length never become the next request's answer on a kept-alive connection.
+    server.route("/size/longer", serve.longer_than_length(JPEG))
+    server.route("/size/next.png", serve.image(PNG, "image/png"))
+    assert fetcher.fetch(server.url("/size/longer")) == JPEG
+    assert fetcher.fetch(server.url("/size/next.png")) == PNG
+
+
+def test_html_and_opt_out_headers(server, fetcher):
+    assert fetcher.fetch(server.route("/content/page", serve.html())).startswith(b"<!doctype html>")  # TF says so.
+    for value in ("noai", "noimageai", "beam-image-pipeline: noindex", "noimageindex, nofollow"):
+        path = f"/content/robots-{abs(hash(value))}"
+        failure = failure_of(fetcher, server.route(path, serve.image(JPEG, headers={"X-Robots-Tag": value})))
+        assert failure.reason == failures.OPTED_OUT, value
+    for value in ("googlebot: noai", "nofollow"):
+        path = f"/content/allowed-{abs(hash(value))}"
+        assert fetcher.fetch(server.route(path, serve.image(JPEG, headers={"X-Robots-Tag": value}))) == JPEG
+
+
+def test_credentials_go_to_their_origin_only_and_appear_nowhere(server, fetcher):
+    server.route("/auth/a.jpg", serve.basic_auth("reader", "s3cr:et@x", serve.image(JPEG)))
+    url = server.url("/auth/a.jpg", userinfo="reader:s3cr%3Aet%40x@")
+    assert fetcher.fetch(url) == JPEG
+    failure = failure_of(fetcher, server.url("/auth/missing.jpg", userinfo="reader:s3cr%3Aet%40x@"))
+    assert failure.reason == failures.HTTP_404
+    text = f"{failure.detail} {failure.fields}"
+    assert "s3cr" not in text and "reader:***@" in text
+
+
+def test_tls_to_a_plain_port_and_a_closed_port(server, fetcher):
+    failure = failure_of(fetcher, f"https://127.0.0.1:{server.port}/x.jpg")
+    assert failure.reason == failures.TLS_FAILED
+    import socket
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    failure = failure_of(fetcher, f"http://127.0.0.1:{port}/x.jpg")
+    assert failure.reason == failures.CONNECTION_FAILED
+
+
+def test_keep_alive_reuses_connections(server):
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
+    try:
+        server.route("/keep/a.jpg", serve.image(JPEG))
+        before = server.connections
+        for _ in range(5):
+            assert fetcher.fetch(server.url("/keep/a.jpg")) == JPEG
+        assert server.connections - before == 1
+    finally:
+        fetcher.close()
+
+
+def test_concurrent_fetches_share_one_fetcher(server, fetcher):
+    server.route("/many/a.jpg", serve.slow(0.05, serve.image(JPEG)))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(fetcher.fetch(server.url("/many/a.jpg"))))
+               for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [JPEG] * 8

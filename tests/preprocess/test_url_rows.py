@@ -1,0 +1,191 @@
+"""URL rows through the real job (in this process) against a real HTTP server on loopback.
+
+One CSV mixes files, their URL twins (plain, chunked, gzip, non-ASCII, behind a password) and every
+hostile answer: each row is written or failed with its reason, a URL row's record equals its file
+twin's but for source and key, and the password is in no file. Then --retry_failed fetches again only
+what failed transiently and gives the shards a fresh run would have written.
+"""
+
+import os
+
+import pytest
+
+import http_server as serve
+import imaging
+import outputs
+from beam_pipeline.preprocess import cli as main
+from tf_serving_input import failures, features
+
+PASSWORD = "s3cret-Pw"
+FAST_FLAGS = ["--url_connect_timeout", "1", "--url_read_timeout", "0.5", "--url_timeout", "1.5",
+              "--url_max_attempts", "2", "--url_retry_after_max", "2", "--url_concurrency", "8",
+              "--url_per_host", "4"]
+
+
+@pytest.fixture(scope="module")
+def server():
+    server = serve.LoopbackServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """{name: bytes} of four small images, written to a folder too: (folder, images)."""
+    folder = tmp_path_factory.mktemp("url_images")
+    made = {}
+    for index, (name, fmt) in enumerate([("a.jpg", "JPEG"), ("b.png", "PNG"), ("c.jpg", "JPEG"),
+                                         ("d.png", "PNG")]):
+        picture = imaging.quadrants(20 + 4 * index, 24)
+        picture[..., index % 3] = 60 * index
+        made[name] = imaging.encode(picture, fmt)
+        (folder / name).write_bytes(made[name])
+    return folder, made
+
+
+def run_job(csv_path, out, *flags):
+    return main.run(["--input_csv", str(csv_path), "--output_dir", str(out), "--image_size", "16",
+                     "--num_shards", "2", "--no_progress", "--max_error_rate", "1", *FAST_FLAGS, *flags,
+                     "--direct_num_workers", "1", "--direct_running_mode", "in_memory"])
+
+
+def comparable(example):
+    return {key: value for key, value in example.items()
+            if key not in (features.IMAGE_SOURCE, features.IMAGE_KEY, "pixels")}
+
+
+@pytest.mark.slow  # A whole job run (~9 s): in the full suite, not in the quick lane.
+def test_every_url_row_is_written_or_failed_with_its_reason(server, images, tmp_path, capsys):
+    folder, data = images
+    good = {
+        "plain": server.route("/mix/a.jpg", serve.image(data["a.jpg"])),
+        "chunked": server.route("/mix/b.png", serve.chunked(data["b.png"], piece=64)),
+        "gzip": server.route("/mix/c.jpg", serve.gzipped(data["c.jpg"])),
+        "non_ascii": server.url("/mix/dé jà.png?q=ü"),
+        "password": server.url("/mix/secret.jpg", userinfo=f"reader:{PASSWORD}@"),
+    }
+    server.route("/mix/d%C3%A9%20j%C3%A0.png", serve.image(data["d.png"], "image/png"))
+    server.route("/mix/secret.jpg", serve.basic_auth("reader", PASSWORD, serve.image(data["a.jpg"])))
+    twins = {"plain": "a.jpg", "chunked": "b.png", "gzip": "c.jpg", "non_ascii": "d.png", "password": "a.jpg"}
+    hostile = {
+        server.route("/mix/404", serve.status(404)): failures.HTTP_404,
+        server.route("/mix/410", serve.status(410)): failures.HTTP_410,
+        server.route("/mix/500-then-ok", serve.flaky(1, 500, serve.image(data["c.jpg"]))): None,
+        server.route("/mix/503", serve.status(503)): failures.HTTP_5XX,
+        server.route("/mix/429", serve.status(429, {"Retry-After": "1"})): failures.HTTP_429,
+        server.route("/mix/loop", serve.redirect("/mix/loop")): failures.TOO_MANY_REDIRECTS,
+        server.route("/mix/trickle", serve.trickle(data["a.jpg"], every=0.1)): failures.TIMEOUT,
+        server.route("/mix/reset", serve.reset_mid_body(data["a.jpg"])): failures.CONNECTION_FAILED,
+        server.route("/mix/huge", serve.claims_length(2 * 1024 ** 3)): failures.TOO_LARGE,
+        server.route("/mix/page.html", serve.html()): failures.NOT_AN_IMAGE,
+        server.route("/mix/noai", serve.image(data["a.jpg"], headers={"X-Robots-Tag": "noai"})): failures.OPTED_OUT,
+        server.url("/mix/404", userinfo=f"reader:{PASSWORD}@").replace("/mix/404", "/mix/nope"): failures.HTTP_404,
+        "ftp://127.0.0.1/x.jpg": failures.BAD_URL,
+        "data:image/png;base64,iVBORw0KGgo=": failures.BAD_URL,
+        "http://[::1/x.jpg": failures.BAD_URL,
+    }
+    rows = [[name, name, "train"] for name in sorted(data)]
+    rows += [[url, twins[kind], "train"] for kind, url in good.items()]
+    rows += [[url, "hostile", "train"] for url in hostile]
+    csv_path = folder / "mixed.csv"
+    imaging.write_csv(csv_path, ["path", "label", "split"], rows)
+    out = tmp_path / "out"
+
+    assert run_job(csv_path, out, "--url_allow_private") == 0
+    said = capsys.readouterr()
+
+    manifest = outputs.manifest(out)
+    assert manifest["written"] + manifest["failed"] == len(rows)
+    reasons = outputs.reasons_by_source(out)
+    shown_password_url = good["password"].replace(PASSWORD, "***")
+    for url, reason in hostile.items():
+        shown = url.replace(PASSWORD, "***")
+        assert reasons.get(shown) == reason, (url, reasons.get(shown))
+    assert not {url for url in good.values()} & set(reasons)
+    assert shown_password_url not in reasons
+    assert manifest["failed"] == sum(reason is not None for reason in hostile.values())
+
+    # A URL row's record is its file twin's, byte for byte, but for its source and key.
+    by_source = {example[features.IMAGE_SOURCE].decode(): example for example in outputs.all_examples(out)}
+    for kind, url in good.items():
+        record = by_source[url.replace(PASSWORD, "***")]
+        twin = by_source[twins[kind]]
+        assert comparable(record) == comparable(twin), kind
+        assert (record["pixels"] == twin["pixels"]).all(), kind
+
+    # errors.jsonl: the URL without its password, the status and the attempts.
+    entries = {entry["source"]: entry for entry in outputs.errors(out)}
+    assert entries[server.url("/mix/503")]["http_status"] == 503
+    assert entries[server.url("/mix/503")]["attempts"] == 2
+    assert entries[server.url("/mix/404")]["attempts"] == 1
+    assert entries["ftp://127.0.0.1/x.jpg"]["url"] == "ftp://127.0.0.1/x.jpg"
+
+    # The password is nowhere: no file of the output, no line printed.
+    for root, _, names in os.walk(out):
+        for name in names:
+            assert PASSWORD.encode() not in open(os.path.join(root, name), "rb").read(), name
+    assert PASSWORD not in said.out + said.err
+    assert server.headers("/mix/secret.jpg")[-1]["Authorization"].startswith("Basic ")
+
+
+def test_private_addresses_are_refused_without_the_flag(server, images, tmp_path):
+    folder, data = images
+    url = server.route("/private/a.jpg", serve.image(data["a.jpg"]))
+    csv_path = tmp_path / "private.csv"
+    imaging.write_csv(csv_path, ["path"], [[url], [str(folder / "a.jpg")]])
+    assert run_job(csv_path, tmp_path / "out") == 0
+    assert outputs.reasons_by_source(tmp_path / "out") == {url: failures.BAD_URL}
+    assert "--url_allow_private" in outputs.errors(tmp_path / "out")[0]["detail"]
+    assert server.requests("/private/a.jpg") == 0
+
+
+@pytest.mark.slow  # Four job runs (~12 s).
+def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(server, images, tmp_path):
+    folder, data = images
+    state = {"down": True}
+
+    def sometimes_down(handler, number):
+        (serve.status(503) if state["down"] else serve.image(data["b.png"], "image/png"))(handler, number)
+
+    rows = [[server.route(f"/retry/{name}", serve.image(content)), "ok"] for name, content in sorted(data.items())]
+    rows += [[server.route("/retry/down.png", sometimes_down), "down"],
+             [server.route("/retry/gone", serve.status(404)), "gone"]]
+    csv_path = tmp_path / "retry.csv"
+    imaging.write_csv(csv_path, ["path", "label"], rows)
+    out, fresh = tmp_path / "out", tmp_path / "fresh"
+
+    assert run_job(csv_path, out, "--url_allow_private") == 0
+    assert outputs.reasons_by_source(out) == {server.url("/retry/down.png"): failures.HTTP_5XX,
+                                              server.url("/retry/gone"): failures.HTTP_404}
+    statuses_before = {path: open(path, "rb").read() for path in _status_files(out)}
+    # Nothing recovers: the shards and their statuses stay as they were.
+    assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
+    assert {path: open(path, "rb").read() for path in _status_files(out)} == statuses_before
+
+    state["down"] = False
+    fetched = {path: server.requests(path) for path in ("/retry/a.jpg", "/retry/down.png", "/retry/gone")}
+    assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
+    assert server.requests("/retry/a.jpg") == fetched["/retry/a.jpg"]  # Written rows are not fetched again,
+    assert server.requests("/retry/gone") == fetched["/retry/gone"]  # nor a 404,
+    assert server.requests("/retry/down.png") == fetched["/retry/down.png"] + 1  # only the transient one.
+    assert outputs.reasons_by_source(out) == {server.url("/retry/gone"): failures.HTTP_404}
+    keys = [key for shard in outputs.keys_by_shard(out).values() for key in shard]
+    assert len(keys) == len(set(keys)) == len(rows) - 1
+
+    assert run_job(csv_path, fresh, "--url_allow_private") == 0
+    assert outputs.shard_bytes(out) == outputs.shard_bytes(fresh)
+    assert outputs.errors(out) == outputs.errors(fresh)
+    assert outputs.manifest(out)["statistics"] == outputs.manifest(fresh)["statistics"]
+
+
+def test_retry_failed_with_overwrite_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main.run(["--input_csv", "x.csv", "--output_dir", str(tmp_path), "--retry_failed", "--overwrite"])
+    assert exit_.value.code == 2
+    assert "--retry_failed" in capsys.readouterr().err
+
+
+def _status_files(out):
+    layout = outputs.layout(out)
+    return sorted(os.path.join(layout.status_dir, name) for name in os.listdir(layout.status_dir))
+
