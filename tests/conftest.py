@@ -8,6 +8,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import pytest  # noqa: E402
 
+# The tests' HTTP servers are on loopback: a proxy a machine exports (CI may) must not stand in between.
+for _proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+    os.environ.pop(_proxy, None)
+
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 # Every test in these folders is slow (real command lines in subprocesses, scale-out runners):
 # marked here by its folder, so no file can forget its mark. Elsewhere tests are in-process.

@@ -46,6 +46,28 @@ def tensorflow_unwritable(path):
             f"{''.join(', ' + s + '://' for s in supported)}); use one of those")
 
 
+def retry_notice(layout, finished_earlier):
+    """What --retry_failed is about to fetch again, from the finished shards' statuses, in one line."""
+    import collections
+
+    from apache_beam.io.filesystems import FileSystems
+
+    from beam_pipeline.common.shard_file import read_status
+    from tf_serving_input import failures
+
+    if not finished_earlier:
+        return "--retry_failed: no finished shard here yet: every row is read"
+    counts = collections.Counter()
+    for metadata in FileSystems.match([layout.status_files_glob()])[0].metadata_list:
+        status = read_status(metadata.path) or {}
+        counts.update(entry["reason"] for entry in status.get("failed", ()) if entry["reason"] in failures.TRANSIENT)
+    if not counts:
+        return "--retry_failed: no row failed transiently (timeout, connection, 429, 5xx): nothing is fetched again"
+    reasons = ", ".join(f"{reason} {count}" for reason, count in counts.most_common())
+    total = sum(counts.values())
+    return f"--retry_failed: fetching again {total} row{'' if total == 1 else 's'} that failed transiently ({reasons})"
+
+
 def _tft_temp_dir(layout, pipeline_options):
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -96,6 +118,8 @@ class PreprocessLauncher(Launcher):
         splits = ", ".join(f"{split} {rows}" for split, rows in csv_summary.rows_per_split.items())
         self.announce(f"Reading {job.input_csv}: {csv_summary.rows} rows ({splits}); "
                       f"writing {len(names)} shards to {job.output_dir}", finished_earlier)
+        if job.retry_failed:
+            terminal.notice(retry_notice(layout, finished_earlier))
         temp_dir = _tft_temp_dir(layout, self.pipeline_options)
         wall_seconds = self.run_pipeline(
             step, run_log, f"writing shards to {layout.data_dir}",

@@ -244,3 +244,23 @@ def test_concurrent_fetches_share_one_fetcher(server, fetcher):
     for thread in threads:
         thread.join()
     assert results == [JPEG] * 8
+
+
+def test_a_proxy_comes_from_the_environment_only_and_no_proxy_is_honoured(server, monkeypatch, tmp_path):
+    # The loopback server acts as the proxy: it receives the absolute URL.
+    server.route("/proxied/a.jpg", serve.image(JPEG))
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.port}")
+    monkeypatch.setenv("no_proxy", "direct.example")
+    monkeypatch.setenv("HOME", str(tmp_path))  # A ~/.netrc is never read.
+    (tmp_path / ".netrc").write_text("default login intruder password leaked\n")
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
+    try:
+        assert fetcher.fetch("http://images.example/proxied/a.jpg") == JPEG
+        assert server.headers("/proxied/a.jpg")[-1]["Host"] == "images.example"
+        assert "Authorization" not in server.headers("/proxied/a.jpg")[-1]
+        # no_proxy: the name is resolved and connected to directly (here: it does not resolve).
+        failure = failure_of(fetcher, "http://direct.example/proxied/a.jpg")
+        assert failure.reason in (failures.DNS_FAILED, failures.TIMEOUT, failures.CONNECTION_FAILED)
+        assert server.requests("/proxied/a.jpg") == 1
+    finally:
+        fetcher.close()

@@ -140,7 +140,7 @@ def test_private_addresses_are_refused_without_the_flag(server, images, tmp_path
 
 
 @pytest.mark.slow  # Four job runs (~12 s).
-def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(server, images, tmp_path):
+def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(server, images, tmp_path, capsys):
     folder, data = images
     state = {"down": True}
 
@@ -162,9 +162,11 @@ def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(se
     assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
     assert {path: open(path, "rb").read() for path in _status_files(out)} == statuses_before
 
+    assert "no row failed transiently" not in capsys.readouterr().err
     state["down"] = False
     fetched = {path: server.requests(path) for path in ("/retry/a.jpg", "/retry/down.png", "/retry/gone")}
     assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
+    assert "fetching again 1 row that failed transiently (http_5xx 1)" in capsys.readouterr().err
     assert server.requests("/retry/a.jpg") == fetched["/retry/a.jpg"]  # Written rows are not fetched again,
     assert server.requests("/retry/gone") == fetched["/retry/gone"]  # nor a 404,
     assert server.requests("/retry/down.png") == fetched["/retry/down.png"] + 1  # only the transient one.
