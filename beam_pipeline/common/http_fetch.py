@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from beam_pipeline.common import urls
-from beam_pipeline.common.redact import MASK
+from beam_pipeline.common.redact import MASK, redact_url
 from beam_pipeline.common.urls import FetchConfig, Target
 from tf_serving_input import failures
 
@@ -260,9 +260,13 @@ class HttpFetcher:
 
     def fetch(self, url: str) -> bytes:
         """The body of `url` (decoded), or raises RowFailure with `url`, `http_status` and `attempts` fields."""
-        target = urls.parse(url)
-        progress = _Progress(shown=target.shown)
-        password = urllib.parse.urlsplit(url.strip()).password
+        progress = _Progress(shown=redact_url(url.strip()))
+        try:
+            target = urls.parse(url)
+            password = urllib.parse.urlsplit(url.strip()).password
+        except failures.RowFailure as failure:
+            raise failures.RowFailure(failure.reason, failure.detail, {
+                "url": progress.shown, "http_status": None, "attempts": 0}) from None
         try:
             return self._fetch(target, progress)
         except failures.RowFailure as failure:
@@ -275,12 +279,14 @@ class HttpFetcher:
     def _fetch(self, target: Target, progress: _Progress) -> bytes:
         config = self._config
         deadline = time.monotonic() + config.total_timeout
-        origin = target.origin
+        # The URL's own credentials, to its own origin only: never to another host a redirect names, and
+        # never credentials a redirect's Location carries.
+        origin, credentials = target.origin, target.authorization
         redirects, tries = 0, 0
         while True:
             tries += 1
             progress.attempts += 1
-            authorization = target.authorization if target.origin == origin else None
+            authorization = credentials if target.origin == origin else None
             try:
                 outcome = self._attempt(target, authorization, deadline, progress)
             except _Transient as transient:
@@ -325,25 +331,38 @@ class HttpFetcher:
                  progress: _Progress) -> bytes | str:
         """One request: the body, or a redirect's Location; raises RowFailure, or _Transient to try again."""
         proxy = self._proxy_for(target)
-        address = self._checked_address(target, deadline) if proxy is None or not self._config.allow_private \
-            else target.host
+        addresses = self._checked_addresses(target, deadline) if proxy is None or not self._config.allow_private \
+            else [target.host]
         if proxy is not None and target.scheme == "http":
             request_target = f"http://{urls._netloc(target)}{target.request_target}"
         else:
             request_target = target.request_target
-        key = (target.scheme, target.host, target.port, address, proxy)
-        for reused in (True, False):
-            conn = self._pool.take(key) if reused else None
-            if reused and conn is None:
-                continue
+        for address in addresses:
+            conn = self._pool.take((target.scheme, target.host, target.port, address, proxy))
             if conn is None:
-                conn = self._new_connection(target, address, proxy, deadline)
+                continue
             try:
                 return self._exchange(conn, target, request_target, authorization, deadline, progress)
             except _StaleConnection:
                 conn.close()  # A kept-alive connection the server had closed: once more on a fresh one.
-                continue
-        raise AssertionError("unreachable")  # pragma: no cover
+            break
+        conn = self._connect_any(target, addresses, proxy, deadline)
+        return self._exchange(conn, target, request_target, authorization, deadline, progress)
+
+    def _connect_any(self, target: Target, addresses: list[str], proxy: tuple[str, int] | None,
+                     deadline: float) -> _Connection:
+        """A new connection to the first of the checked addresses that answers (a dual-stack host whose
+        IPv6 address is unreachable from here is still fetched over IPv4)."""
+        failure: _Transient | None = None
+        for address in addresses if proxy is None else addresses[:1]:
+            try:
+                return self._new_connection(target, address, proxy, deadline)
+            except _Transient as transient:
+                failure = transient
+                if time.monotonic() >= deadline:
+                    break
+        assert failure is not None
+        raise failure
 
     def _proxy_for(self, target: Target) -> tuple[str, int] | None:
         proxy_url = self._proxies.get(target.scheme)
@@ -355,8 +374,8 @@ class HttpFetcher:
             return None
         return parts.hostname, parts.port or 80
 
-    def _checked_address(self, target: Target, deadline: float) -> str:
-        """The first address of the host, each of them checked (bad_url when one is refused)."""
+    def _checked_addresses(self, target: Target, deadline: float) -> list[str]:
+        """The host's addresses, each of them checked (bad_url when any is refused): the only ones connected to."""
         addresses = self._resolve(target, deadline)
         if not self._config.allow_private:
             for address in addresses:
@@ -366,7 +385,7 @@ class HttpFetcher:
                 if why is not None:
                     raise failures.RowFailure(failures.BAD_URL, f"{target.shown}: {target.host} resolves to {address},"
                                                                 f" {why}; pass --url_allow_private to fetch it")
-        return addresses[0]
+        return addresses
 
     def _resolve(self, target: Target, deadline: float) -> list[str]:
         key = (target.host, target.port)

@@ -21,6 +21,7 @@ from benchmarks import (
     stages,
     storage,
     ui,
+    url_rows,
 )
 from benchmarks.harness import REPO, MachineShare, Results, tree_cpu_seconds
 
@@ -96,6 +97,7 @@ def main(argv=None, description=None):
     shrink.measure(bench, large)
     stages.measure(bench, (heavy, light))
     fit.measure(bench)
+    url_rows.measure(bench, light)
     quality.measure(bench)
     quality_job.measure(bench, jobs["heavy"])
 

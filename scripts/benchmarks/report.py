@@ -55,6 +55,8 @@ MEANING = {
                             "memory (images/s)",
     "fit_cached_jpeg_vs_arrays": "that fit through the reader over JPEG storage with `cache=True` vs from arrays",
     "fit_accuracy_difference": "largest validation accuracy difference between those reader fits and the arrays fit",
+    "url_rows_vs_files": ("the job on URL rows served 50 ms away (loopback, one host, --url_per_host 64) vs on the "
+                          "same files, marginal"),
 }
 
 

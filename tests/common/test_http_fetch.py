@@ -264,3 +264,23 @@ def test_a_proxy_comes_from_the_environment_only_and_no_proxy_is_honoured(server
         assert server.requests("/proxied/a.jpg") == 1
     finally:
         fetcher.close()
+
+
+def test_credentials_follow_a_redirect_on_their_origin_only_and_a_dead_address_is_skipped(server):
+    server.route("/creds/final.jpg", serve.basic_auth("reader", "pw1", serve.image(JPEG)))
+    server.route("/creds/hop", serve.redirect("/creds/final.jpg"))
+    server.route("/creds/elsewhere.jpg", serve.image(JPEG))
+    # 'elsewhere.test' is another origin (same server): the credentials are not sent there.
+    server.route("/creds/away", serve.redirect(f"http://elsewhere.test:{server.port}/creds/elsewhere.jpg"))
+
+    def resolver(host, port):  # 127.0.0.9 first: nothing listens there (the server is on 127.0.0.1 only).
+        return ["127.0.0.9", "127.0.0.1"] if host == "elsewhere.test" else ["127.0.0.1"]
+
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024, resolver=resolver)
+    try:
+        assert fetcher.fetch(server.url("/creds/hop", userinfo="reader:pw1@")) == JPEG
+        assert fetcher.fetch(server.url("/creds/away", userinfo="reader:pw1@")) == JPEG
+        assert "Authorization" not in server.headers("/creds/elsewhere.jpg")[-1]
+        assert server.headers("/creds/away")[-1]["Authorization"].startswith("Basic ")
+    finally:
+        fetcher.close()
