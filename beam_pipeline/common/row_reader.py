@@ -1,18 +1,20 @@
-"""Reading a shard's rows concurrently when it holds URL rows: `RowReader.reads(rows)`, in row order.
+"""Reading a shard's rows concurrently when it holds URL rows: `RowReader.batches(rows)`, as they complete.
 
     reader = RowReader(fetch_config, max_file_bytes)
-    for row, item in reader.reads(rows):      # item: bytes or a failures.RowFailure
-        ...
+    for batch in reader.batches(rows, max_rows=8, max_bytes=32 << 20):
+        for position, row, item in batch:     # item: bytes or a failures.RowFailure
+            ...
     reader.close()
 
 Up to `config.concurrency` rows are read at once on a thread pool, and at most
 `config.per_host` of them from one host (name and port): a host's further rows
 wait in its own queue, not in a pool thread, so one slow or rate-limiting host
-cannot take every slot. Rows are handed over in row order (the shard's bytes do
-not depend on which fetch ended first); reads run ahead of the consumer by at
-most a window of rows and a cap of bytes, so a stuck row bounds memory. The
-consumer (TensorFlow) works on the rows already read while later ones are
-still being fetched: socket reads and TF ops both release the GIL.
+cannot take every slot. Rows come back as they complete, a batch of whatever is
+ready at a time: a row that waits out its whole --url_timeout holds no other
+row, and TensorFlow works on the rows already read while later ones are still
+on the network (socket reads and TF ops both release the GIL). The caller puts
+the outcomes back in row order (`preprocess/row_order.py`). Reads stop
+starting while the bytes read and not yet taken pass a cap.
 
 File rows in such a shard go through `rows.read_image_bytes`, the same as in a
 file-only shard, which never comes here.
@@ -31,9 +33,9 @@ from beam_pipeline.common import urls
 from beam_pipeline.common.urls import FetchConfig
 from tf_serving_input import failures
 
-# Bytes read ahead of the consumer, at most (one more row may pass it: a single large image still goes).
+# Bytes read and not yet taken by the consumer before no new read starts (the reads in flight still land).
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024
-_FILES = "\x00files"  # The queue of file rows: files have no per-host cap.
+_FILES = "\x00files"  # The queue of file rows (capped like a host: local reads need no more at once).
 
 
 class ReadableRow(Protocol):
@@ -64,7 +66,7 @@ class RowReader:
     def __init__(self, config: FetchConfig, max_file_bytes: int,
                  fetch: Callable[[str], bytes] | None = None,
                  read_file: Callable[[str, int], bytes] | None = None,
-                 window: int | None = None, max_buffered_bytes: int = MAX_BUFFERED_BYTES) -> None:
+                 max_buffered_bytes: int = MAX_BUFFERED_BYTES) -> None:
         from beam_pipeline.common.rows import read_image_bytes
 
         self._config = config
@@ -77,7 +79,6 @@ class RowReader:
             fetch = self._fetcher.fetch
         self._fetch = fetch
         self._read_file = read_file or read_image_bytes
-        self._window = window or max(64, 4 * config.concurrency)
         self._max_buffered = max_buffered_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(config.concurrency, thread_name_prefix="url-fetch")
 
@@ -98,19 +99,24 @@ class RowReader:
         except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
             return failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}")
 
-    def reads(self, rows: Iterable[ReadableRow]) -> Iterator[tuple[ReadableRow, Item]]:
-        """Yields (row, bytes or RowFailure) for every row, in the order given."""
+    def batches(self, rows: Iterable[ReadableRow], max_rows: int,
+                max_bytes: int) -> Iterator[list[tuple[int, ReadableRow, Item]]]:
+        """Yields every row once as (position in `rows`, row, bytes or RowFailure), in batches of the rows
+        that completed: at least one, at most `max_rows` and (but for a single row) `max_bytes` bytes."""
         rows = list(rows)
-        state = _Schedule(self, rows)
+        schedule = _Schedule(self, rows)
         try:
-            for position, row in enumerate(rows):
-                yield row, state.take(position)
+            taken = 0
+            while taken < len(rows):
+                batch = schedule.take(max_rows, max_bytes)
+                taken += len(batch)
+                yield [(position, rows[position], item) for position, item in batch]
         finally:
-            state.abandon()
+            schedule.abandon()
 
 
 class _Schedule:
-    """One `reads` call: which rows are queued per host, in flight, done, and handed over."""
+    """One `batches` call: which rows are queued per host, in flight, and done but not taken."""
 
     def __init__(self, reader: RowReader, rows: list[ReadableRow]) -> None:
         self._reader = reader
@@ -118,24 +124,30 @@ class _Schedule:
         self._lock = threading.Condition()
         self._queues: dict[str, deque[int]] = {}
         self._in_flight: dict[str, int] = {}
-        self._done: dict[int, Item] = {}
-        self._buffered = 0
+        self._done: deque[tuple[int, Item]] = deque()
+        self._buffered = 0  # Bytes read and not yet taken.
         self._next = 0  # The next row to queue.
-        self._handed = 0  # Rows handed over so far.
         self._abandoned = False
         with self._lock:
             self._dispatch()
 
-    def take(self, position: int) -> Item:
-        """Waits for row `position` (the next in order) and hands it over."""
+    def take(self, max_rows: int, max_bytes: int) -> list[tuple[int, Item]]:
+        """Waits for at least one completed row, then takes what else completed, within the limits."""
         with self._lock:
-            while position not in self._done:
+            while not self._done:
                 self._lock.wait()
-            item = self._done.pop(position)
-            self._buffered -= len(item) if isinstance(item, bytes) else 0
-            self._handed = position + 1
+            batch: list[tuple[int, Item]] = []
+            size = 0
+            while self._done and len(batch) < max_rows:
+                item = self._done[0][1]
+                length = len(item) if isinstance(item, bytes) else 0
+                if batch and size + length > max_bytes:
+                    break
+                batch.append(self._done.popleft())
+                size += length
+            self._buffered -= size
             self._dispatch()
-            return item
+            return batch
 
     def abandon(self) -> None:
         """The consumer stopped: rows not started are never started."""
@@ -144,20 +156,19 @@ class _Schedule:
             self._queues.clear()
 
     def _dispatch(self) -> None:
-        """Queues rows within the window, then starts what the caps allow (the lock held)."""
+        """Queues the rows not yet queued, then starts what the caps allow (the lock held)."""
         if self._abandoned:
             return
-        while self._next < len(self._rows) and self._next < self._handed + self._reader._window:
+        while self._next < len(self._rows):
             row = self._rows[self._next]
             host = host_of(row.path) if urls.is_http_url(row.path) else _FILES
             self._queues.setdefault(host, deque()).append(self._next)
             self._next += 1
+        if self._buffered >= self._reader._max_buffered:
+            return  # TensorFlow is behind: no new reads until it takes some.
         per_host = self._reader._config.per_host
         for host, queue in self._queues.items():
-            while queue and (host == _FILES or self._in_flight.get(host, 0) < per_host):
-                # Over the byte cap only the row the consumer waits for starts (never a deadlock).
-                if self._buffered >= self._reader._max_buffered and queue[0] != self._handed:
-                    break
+            while queue and self._in_flight.get(host, 0) < per_host:
                 position = queue.popleft()
                 self._in_flight[host] = self._in_flight.get(host, 0) + 1
                 self._reader._pool.submit(self._run, position, host)
@@ -166,7 +177,7 @@ class _Schedule:
         item = self._reader.read(self._rows[position])
         with self._lock:
             self._in_flight[host] -= 1
-            self._done[position] = item
+            self._done.append((position, item))
             self._buffered += len(item) if isinstance(item, bytes) else 0
             self._dispatch()
             self._lock.notify_all()

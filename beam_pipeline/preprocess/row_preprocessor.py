@@ -87,7 +87,7 @@ class RowPreprocessor:
         Streams: at most `rows_per_call` files (BYTES_PER_CALL bytes) wait for a
         call, plus the file just read.
         """
-        return self.preprocess_reads((row, self._read(row)) for row in rows)
+        return self._preprocess_reads((row, self._read(row)) for row in rows)
 
     def _read(self, row):
         try:
@@ -95,12 +95,7 @@ class RowPreprocessor:
         except failures.RowFailure as failure:
             return failure
 
-    def preprocess_reads(self, reads):
-        """Yields (row, Written or RowFailure) for (row, bytes or RowFailure) pairs read elsewhere, in order.
-
-        The pairs come from a `RowReader` when a shard holds URL rows: it fetches ahead while TensorFlow
-        works on what is here.
-        """
+    def _preprocess_reads(self, reads):
         pending = []  # (row, file bytes or the RowFailure of reading it)
         files, file_bytes = 0, 0  # Of the pending rows, those read: they await one call.
         for row, item in reads:
@@ -111,6 +106,12 @@ class RowPreprocessor:
                 files, file_bytes = files + 1, file_bytes + len(item)
             pending.append((row, item))
         yield from self._flush(pending)
+
+    def preprocess_batch(self, batch):
+        """[(position, row, Written or RowFailure)] for one `RowReader` batch [(position, row, bytes or
+        RowFailure)] (at most `ROWS_PER_CALL` rows and `BYTES_PER_CALL` bytes: one TensorFlow call)."""
+        outcomes = self._flush([(row, item) for _, row, item in batch])
+        return [(position, row, outcome) for (position, _, _), (row, outcome) in zip(batch, outcomes)]
 
     def _flush(self, pending):
         datas = [item for _, item in pending if isinstance(item, bytes)]

@@ -23,7 +23,8 @@ from beam_pipeline.common.runners import configure_tensorflow_threads
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from beam_pipeline.common.urls import FetchConfig, is_http_url
 from beam_pipeline.preprocess.analysis import DESIRED_BATCH_SIZE, to_record_batch
-from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor, Written
+from beam_pipeline.preprocess.row_order import InRowOrder
+from beam_pipeline.preprocess.row_preprocessor import BYTES_PER_CALL, ROWS_PER_CALL, RowPreprocessor, Written
 from tf_serving_input import failures, features
 from tf_serving_input.features import PIXEL_MOMENTS as MOMENTS
 from tf_serving_input.layout import OutputLayout, shard_name
@@ -85,12 +86,21 @@ class WriteShardFn(beam.DoFn):
             self._row_reader = None
 
     def _outcomes(self, rows):
-        """(row, Written | RowFailure) in row order: files read here as before; URL rows fetched concurrently."""
+        """(row, Written | RowFailure) in row order: files read here as before; URL rows fetched concurrently,
+        preprocessed as they arrive and put back in row order."""
         if not any(is_http_url(row.path) for row in rows):
-            return self._preprocessor(rows)
+            yield from self._preprocessor(rows)
+            return
         if self._row_reader is None:
             self._row_reader = RowReader(self._fetch_config, self._max_file_bytes)
-        return self._preprocessor.preprocess_reads(self._row_reader.reads(rows))
+        in_order = InRowOrder()
+        try:
+            for batch in self._row_reader.batches(rows, ROWS_PER_CALL, BYTES_PER_CALL):
+                for position, row, outcome in self._preprocessor.preprocess_batch(batch):
+                    in_order.put(position, row, outcome)
+                yield from in_order.ready()
+        finally:
+            in_order.close()
 
     def process(self, element):
         (split, shard_index), rows = element

@@ -1,4 +1,4 @@
-"""RowReader: rows read concurrently with per-host caps, handed over in row order, memory bounded."""
+"""RowReader: rows read concurrently with per-host caps, handed over as they complete, memory bounded."""
 
 import dataclasses
 import threading
@@ -16,7 +16,7 @@ class FakeRow:
 
 
 class Recorder:
-    """A fetch function that records how many fetches run at once, per host, and can hold one host back."""
+    """A fetch function that records how many fetches run at once, per host, and can slow one host down."""
 
     def __init__(self, delays=None):
         self.lock = threading.Lock()
@@ -39,20 +39,26 @@ class Recorder:
         return url.encode()
 
 
-def test_rows_come_back_in_order_with_failures_in_place_and_files_read_as_files(tmp_path):
+def read_all(reader, rows, max_rows=8, max_bytes=1 << 20):
+    batches = list(reader.batches(rows, max_rows, max_bytes))
+    return batches, {position: (row, item) for batch in batches for position, row, item in batch}
+
+
+def test_every_row_comes_back_once_with_its_position_failures_and_files_included(tmp_path):
     image = tmp_path / "a.bin"
     image.write_bytes(b"file bytes")
     rows = [FakeRow(f"http://host{i % 3}/{i}") for i in range(30)] + [FakeRow(str(image)),
                                                                       FakeRow("http://host0/missing")]
     reader = RowReader(FetchConfig(concurrency=8, per_host=2), 1024, fetch=Recorder())
     try:
-        out = list(reader.reads(rows))
+        batches, by_position = read_all(reader, rows, max_rows=4)
     finally:
         reader.close()
-    assert [row for row, _ in out] == rows
-    assert [item for _, item in out[:30]] == [row.path.encode() for row in rows[:30]]
-    assert out[30][1] == b"file bytes"
-    assert isinstance(out[31][1], failures.RowFailure) and out[31][1].reason == failures.HTTP_404
+    assert sorted(by_position) == list(range(len(rows))) and sum(map(len, batches)) == len(rows)
+    assert all(1 <= len(batch) <= 4 for batch in batches)
+    assert [by_position[i] for i in range(30)] == [(row, row.path.encode()) for row in rows[:30]]
+    assert by_position[30] == (rows[30], b"file bytes")
+    assert by_position[31][1].reason == failures.HTTP_404
 
 
 def test_one_slow_host_takes_at_most_its_share_of_the_slots():
@@ -60,21 +66,17 @@ def test_one_slow_host_takes_at_most_its_share_of_the_slots():
     rows = [FakeRow(f"http://slow/{i}") for i in range(8)] + [FakeRow(f"http://fast/{i}") for i in range(40)]
     reader = RowReader(FetchConfig(concurrency=6, per_host=2), 1024, fetch=recorder)
     try:
-        # The first fast row is handed over only after the slow ones before it, but the fast host's rows
-        # were all fetched meanwhile: the slow host held 2 slots, never all 6.
-        iterator = reader.reads(rows)
-        next(iterator)
-        time.sleep(0.2)
-        with recorder.lock:
-            fast_started = sum(url.startswith("http://fast") for url in recorder.started)
-        assert fast_started >= 20
-        list(iterator)
+        batches, _ = read_all(reader, rows)
     finally:
         reader.close()
     assert recorder.peak == {"slow": 2, "fast": 2}
+    # The fast host's rows were not held behind the slow host's: they came back first.
+    first_slow = next(i for i, batch in enumerate(batches) if any(row.path.startswith("http://slow")
+                                                                  for _, row, _ in batch))
+    assert sum(len(batch) for batch in batches[:first_slow]) >= 20
 
 
-def test_a_stuck_head_row_lets_only_a_window_of_rows_start():
+def test_a_stuck_row_holds_no_other_row():
     release = threading.Event()
 
     def fetch(url):
@@ -82,28 +84,22 @@ def test_a_stuck_head_row_lets_only_a_window_of_rows_start():
             release.wait(5)
         return b"x"
 
-    started = []
     rows = [FakeRow(f"http://h{i}/{i}") for i in range(100)]
-
-    def counting(url):
-        started.append(url)
-        return fetch(url)
-
-    reader = RowReader(FetchConfig(concurrency=4, per_host=4), 1024, fetch=counting, window=10)
+    reader = RowReader(FetchConfig(concurrency=4, per_host=4), 1024, fetch=fetch)
     try:
-        iterator = reader.reads(rows)
-        waiter = threading.Thread(target=lambda: next(iterator))
-        waiter.start()
-        time.sleep(0.3)
-        assert len(started) == 10  # The window, not the shard.
+        batches = reader.batches(rows, 8, 1 << 20)
+        seen = set()
+        while len(seen) < 99:
+            seen |= {position for position, _, _ in next(batches)}
+        assert 0 not in seen  # Every other row came back while row 0 was stuck.
         release.set()
-        waiter.join()
-        assert len(list(iterator)) == 99
+        assert [position for position, _, _ in next(batches)] == [0]
     finally:
+        release.set()
         reader.close()
 
 
-def test_buffered_bytes_are_capped():
+def test_no_read_starts_while_too_many_bytes_wait():
     rows = [FakeRow(f"http://h/{i}") for i in range(50)]
     started = []
 
@@ -111,16 +107,29 @@ def test_buffered_bytes_are_capped():
         started.append(url)
         return bytes(100)
 
-    reader = RowReader(FetchConfig(concurrency=4, per_host=4), 1024, fetch=fetch, window=50, max_buffered_bytes=1000)
+    reader = RowReader(FetchConfig(concurrency=4, per_host=4), 1024, fetch=fetch, max_buffered_bytes=1000)
     try:
-        iterator = reader.reads(rows)
-        next(iterator)
+        batches = reader.batches(rows, 1, 1 << 20)
+        next(batches)
         time.sleep(0.2)
-        # About 1000 bytes wait (plus the rows in flight when the cap was reached), not 50 rows' worth.
+        # About 1000 bytes wait (plus the reads in flight when the cap was reached), not 50 rows' worth.
         assert len(started) <= 1000 // 100 + 4 + 1
-        assert len(list(iterator)) == 49
+        assert sum(len(batch) for batch in batches) == 49
     finally:
         reader.close()
+
+
+def test_a_batch_stays_within_its_byte_limit_but_a_single_large_row_still_passes():
+    rows = [FakeRow(f"http://h/{i}") for i in range(6)]
+    reader = RowReader(FetchConfig(concurrency=1, per_host=1), 1 << 20,
+                       fetch=lambda url: bytes(300 if url.endswith("/5") else 100))
+    try:
+        batches, _ = read_all(reader, rows, max_rows=8, max_bytes=250)
+    finally:
+        reader.close()
+    for batch in batches:
+        sizes = [len(item) for _, _, item in batch]
+        assert len(batch) == 1 or sum(sizes) <= 250
 
 
 def test_an_unexpected_error_fails_only_its_row():
@@ -131,18 +140,18 @@ def test_an_unexpected_error_fails_only_its_row():
 
     reader = RowReader(FetchConfig(concurrency=2, per_host=2), 1024, fetch=fetch)
     try:
-        items = [item for _, item in reader.reads([FakeRow(f"http://h/{i}") for i in range(3)])]
+        _, by_position = read_all(reader, [FakeRow(f"http://h/{i}") for i in range(3)])
     finally:
         reader.close()
-    assert items[0] == items[2] == b"ok"
-    assert items[1].reason == failures.UNEXPECTED and "boom" in items[1].detail
+    assert by_position[0][1] == by_position[2][1] == b"ok"
+    assert by_position[1][1].reason == failures.UNEXPECTED and "boom" in by_position[1][1].detail
 
 
 def test_the_fetch_gets_the_url_with_its_password_and_nothing_else_does():
     seen = []
     reader = RowReader(FetchConfig(concurrency=1, per_host=1), 1024, fetch=lambda url: seen.append(url) or b"x")
     try:
-        list(reader.reads([FakeRow("http://u:***@h/a", fetch_url="http://u:pw@h/a")]))
+        read_all(reader, [FakeRow("http://u:***@h/a", fetch_url="http://u:pw@h/a")])
     finally:
         reader.close()
     assert seen == ["http://u:pw@h/a"]
