@@ -90,12 +90,16 @@ def summarize_statuses(statuses: Sequence[Status]) -> tuple[dict[str, Any], list
         counts["written"] += status["records"]
         counts["failed"] += len(status["failed"])
         counts["shards"] += 1
+    fetched = [s["fetch"] for s in statuses if "fetch" in s]
     return {
         "rows": sum(s["rows"] for s in statuses),
         "written": sum(s["records"] for s in statuses),
         "failed": len(failures),
         "splits": dict(sorted(per_split.items())),
         "failed_by_reason": dict(collections.Counter(f["reason"] for f in failures).most_common()),
+        # URL rows (a run of files has no such key): how many, and the bytes fetched.
+        **({"fetch": {"urls": sum(f["urls"] for f in fetched), "bytes": sum(f["bytes"] for f in fetched)}}
+           if fetched else {}),
         "shards": [{"file": s["file"], "split": s["split"], "records": s["records"],
                     "bytes": s["bytes"], "sha256": s["sha256"],
                     # A shard kept from a run of an earlier version has no framing digest: read by its SHA-256.
@@ -149,7 +153,10 @@ def _summary(rows: Iterable[SummaryRow]) -> str:
 def _counts(manifest: dict[str, Any], done: str) -> list[SummaryRow]:
     """The rows/done/failed lines, with failures by reason."""
     rows: list[SummaryRow] = [("rows", manifest["rows"]), (done, manifest[done]), ("failed", manifest["failed"])]
-    return rows + [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
+    rows += [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
+    if "fetch" in manifest:  # URL rows: how many, and what came over the network.
+        rows.append(("URL rows", f"{manifest['fetch']['urls']}, {manifest['fetch']['bytes'] / 2**20:.1f} MiB fetched"))
+    return rows
 
 
 def _ending(manifest: dict[str, Any], layout: RunFolder) -> list[SummaryRow]:

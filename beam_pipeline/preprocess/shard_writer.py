@@ -85,17 +85,23 @@ class WriteShardFn(beam.DoFn):
             self._row_reader.close()
             self._row_reader = None
 
-    def _outcomes(self, rows):
+    def _outcomes(self, rows, fetched=None):
         """(row, Written | RowFailure) in row order: files read here as before; URL rows fetched concurrently,
-        preprocessed as they arrive and put back in row order."""
-        if not any(is_http_url(row.path) for row in rows):
+        preprocessed as they arrive and put back in row order. `fetched` gets the URL rows and bytes."""
+        urls = sum(is_http_url(row.path) for row in rows)
+        if not urls:
             yield from self._preprocessor(rows)
             return
+        if fetched is not None:
+            fetched.update(urls=urls, bytes=0)
         if self._row_reader is None:
             self._row_reader = RowReader(self._fetch_config, self._max_file_bytes)
         in_order = InRowOrder()
         try:
             for batch in self._row_reader.batches(rows, ROWS_PER_CALL, BYTES_PER_CALL):
+                if fetched is not None:
+                    fetched["bytes"] += sum(len(item) for _, row, item in batch
+                                            if isinstance(item, bytes) and is_http_url(row.path))
                 for position, row, outcome in self._preprocessor.preprocess_batch(batch):
                     in_order.put(position, row, outcome)
                 yield from in_order.ready()
@@ -152,16 +158,17 @@ class WriteShardFn(beam.DoFn):
                 {key: status[key] for key in ("split", "index", "num_shards", "rows")},
                 failed=failed, pixel_moments=moments.tolist(), started=round(started, 3),
                 seconds=round(time.time() - started, 3), worker_pid=os.getpid(),
-                retried={"rows": len(again), "recovered": len(recovered)}))
+                retried={"rows": len(again), "recovered": len(recovered)},
+                **({"fetch": status["fetch"]} if "fetch" in status else {})))
         return read_verified(self._layout, name, len(rows)) or (status, b"".join(
             frame_record(record) for _, record in sorted(records, key=lambda pair: pair[0])))
 
     def _write(self, split, shard_index, name, rows):
         started = time.time()
-        failed, labels = [], []
+        failed, labels, fetched = [], [], {}
         moments = np.zeros(MOMENTS, np.int64)
         with ShardFileWriter(self._layout, name) as shard:
-            for row, outcome in self._outcomes(rows):
+            for row, outcome in self._outcomes(rows, fetched):
                 if isinstance(outcome, Written):
                     shard.write_record(outcome.record)
                     moments += outcome.moments
@@ -172,5 +179,5 @@ class WriteShardFn(beam.DoFn):
                 "split": split, "index": shard_index, "num_shards": self._shard_counts[split],
                 "rows": len(rows), "failed": failed, "pixel_moments": moments.tolist(),
                 "started": round(started, 3), "seconds": round(time.time() - started, 3),
-                "worker_pid": os.getpid()})
+                "worker_pid": os.getpid(), **({"fetch": fetched} if fetched else {})})
         return dict(status, resumed=False), labels

@@ -96,6 +96,10 @@ def test_every_url_row_is_written_or_failed_with_its_reason(server, images, tmp_
 
     manifest = outputs.manifest(out)
     assert manifest["written"] + manifest["failed"] == len(rows)
+    url_rows = len(good) + sum(url.startswith("http") for url in hostile)
+    assert manifest["fetch"]["urls"] == url_rows
+    assert manifest["fetch"]["bytes"] >= sum(len(data[name]) for name in twins.values())
+    assert f"URL rows {url_rows}," in " ".join(said.out.split())  # The summary line.
     reasons = outputs.reasons_by_source(out)
     shown_password_url = good["password"].replace(PASSWORD, "***")
     for url, reason in hostile.items():
