@@ -115,6 +115,7 @@ class QualityRun:
         self._member_rows = pc.fill_null(pc.index_in(self.members.column("key"), value_set=images_keys),
                                          -1).to_numpy()
         self._flagged_rows = pc.index_in(self.flagged.column("key"), value_set=images_keys)
+        pa.default_memory_pool().release_unused()  # The hash tables of the index's keys, freed.
 
     @property
     def group_count(self) -> int:
