@@ -11,6 +11,7 @@ What it measures, through the UI's real command line (`python -m beam_pipeline.u
 - each filter (none, split, label, split+label, failure reason, quality flag, duplicate group): --requests
   GETs of /gallery at random pages of it, one at a time as one user clicks: p50 and p99 in ms;
 - counts and charts: the overview (the label chart), the failures page, the quality page;
+- with --thumbnails N (a real run): N thumbnails of random gallery pages (the first loads TensorFlow);
 - the server's RSS (VmHWM, its peak) after all of it.
 The generated run's images do not exist, so no thumbnail is asked for; its pages draw tiles by key.
 Writes WORK_DIR/ui_results.json and prints it.
@@ -216,7 +217,7 @@ def _start(flags: list[str], log_path: str, env: dict) -> tuple:
 
 
 def measure(job: str, quality: str | None, predictions: str | None, work: str, requests: int, repeat: int,
-            build: bool) -> dict:
+            build: bool, thumbnails: int = 0) -> dict:
     """Every figure of the module docstring over the run `job` (and its quality/predictions folders)."""
     import httpx
 
@@ -296,6 +297,22 @@ def measure(job: str, quality: str | None, predictions: str | None, work: str, r
                 assert response.status_code == 200, (path, response.status_code)
             counts[name] = {"max_ms": round(max(times), 1), "bytes": len(response.content)}
         results["counts_and_charts"] = counts
+        if thumbnails:  # A real run's images: thumbnails (one record read by offset, decoded, PNG), TF loaded.
+            keys = []
+            while len(keys) < thumbnails:
+                page = rng.randint(1, max(1, -(-total // 48)))
+                listed = client.get(f"{url}/gallery", params={"page": page}).text
+                keys += re.findall(r'href="/item/([0-9a-f]+)"', listed)
+            times = []
+            for key in keys[:thumbnails]:
+                started = time.perf_counter()
+                response = client.get(f"{url}/image/{key}")
+                times.append((time.perf_counter() - started) * 1000)
+                assert response.status_code == 200, (key, response.status_code)
+            first, rest = times[0], sorted(times[1:])
+            results["thumbnails"] = {"count": len(times), "first_ms (loads TensorFlow)": round(first, 1),
+                                     "p50_ms": round(statistics.median(rest), 2),
+                                     "p99_ms": round(rest[min(len(rest) - 1, int(0.99 * len(rest)))], 2)}
         results["gallery_total"] = total
         results["overview_bytes"] = len(overview.content)
         results["server_rss_peak_bytes"] = _rss_peak_bytes(process.pid)
@@ -315,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=200, help="Gallery requests per filter.")
     parser.add_argument("--repeat", type=int, default=3, help="Starts timed with the index present.")
     parser.add_argument("--build", action="store_true", help="Also time a start that builds the index.")
+    parser.add_argument("--thumbnails", type=int, default=0,
+                        help="Thumbnails to fetch (a real run only), before the RSS is read.")
     args = parser.parse_args(argv)
     if bool(args.generate) == bool(args.input_dir):
         parser.error("give --generate ROWS or --input_dir JOB")
@@ -330,7 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         results["index_bytes"] = os.path.getsize(os.path.join(job, "index.parquet"))
     else:
         job, quality = args.input_dir, args.quality_dir
-    results.update(measure(job, quality, args.predictions_dir, work, args.requests, args.repeat, args.build))
+    results.update(measure(job, quality, args.predictions_dir, work, args.requests, args.repeat, args.build,
+                           args.thumbnails))
     with open(os.path.join(work, "ui_results.json"), "w") as f:
         json.dump(results, f, indent=1)
     print(json.dumps(results, indent=1))
