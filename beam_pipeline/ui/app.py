@@ -148,10 +148,14 @@ def create_app(state: UiState) -> FastAPI:
                 label: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
                 reason: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
                 flag: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
-                group: int | None = Query(None, ge=0),
+                group_text: str | None = Query(None, alias="group", max_length=20),
                 page_number: int = Query(1, alias="page", ge=1, le=MAX_PAGE)) -> HTMLResponse:
         # Every filter is a pyarrow.compute query over the image index: rows, then one page of them.
         job, quality = state.job, state.quality
+        # The form sends every field, the unused ones empty: "" is no filter, like split's and label's.
+        if group_text and not (group_text.isascii() and group_text.isdigit()):
+            refuse(400, f"group: a group number, not {group_text[:20]!r}")
+        group = int(group_text) if group_text else None
         split, label = known(split, job.splits, "split"), known(label, job.labels, "label")
         reason = known(reason, list(job.failure_counts), "reason")
         if (flag or group is not None) and quality is None:

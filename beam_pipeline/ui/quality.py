@@ -102,7 +102,7 @@ class QualityRun:
         self._leak = stats.column("split_count_distinct").to_numpy() > 1
         self._conflict = stats.column("label_count_distinct").to_numpy() > 1
         self.flagged = pq.read_table(os.path.join(quality_dir, FLAGS_FILE), columns=FLAG_COLUMNS).combine_chunks()
-        flags = self.flagged.column("flags")
+        flags = self.flagged.column("flags").combine_chunks()  # Arrays, not chunked: rows are taken by them.
         self.flag_names = sorted(str(name) for name in pc.unique(pc.list_flatten(flags)).to_pylist())
         self._flag_rows = {name: pc.list_parent_indices(flags).filter(pc.equal(pc.list_flatten(flags), name))
                            for name in self.flag_names}
@@ -114,7 +114,8 @@ class QualityRun:
         # -1: a member the index does not hold (a quality folder is checked to be of this run, so none).
         self._member_rows = pc.fill_null(pc.index_in(self.members.column("key"), value_set=images_keys),
                                          -1).to_numpy()
-        self._flagged_rows = pc.index_in(self.flagged.column("key"), value_set=images_keys)
+        # One array (not a table's chunked column): the gallery takes rows of it with `array_take`.
+        self._flagged_rows = pc.index_in(self.flagged.column("key").combine_chunks(), value_set=images_keys)
         pa.default_memory_pool().release_unused()  # The hash tables of the index's keys, freed.
 
     @property

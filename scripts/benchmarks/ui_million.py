@@ -184,8 +184,10 @@ def generated_run(folder: str, rows: int, seed: int = 0) -> dict:
         "label_" + LABELS[0]: int((label_of == 0).sum()),
         "validation_" + LABELS[0]: int(((split_of == 1) & (label_of == 0)).sum()),
         "reason_" + REASONS[0]: failed_by_reason[REASONS[0]], "flag_" + FLAGS[0]: int((flag_of == 0).sum()),
-        "group_0": sizes[0], "groups": len(sizes), "group_0_keys": keys.take(pa.array(np.sort(
-            grouped[group_of == 0]))).to_pylist()}}
+        "group_0": sizes[0], "groups": len(sizes),
+        "group_0_validation": int((split_of[grouped[group_of == 0]] == 1).sum()),
+        "flag_" + FLAGS[0] + "_" + LABELS[0]: int(((flag_of == 0) & (label_of[flagged] == 0)).sum()),
+        "group_0_keys": keys.take(pa.array(np.sort(grouped[group_of == 0]))).to_pylist()}}
 
 
 def _tail_mask(rows: int, failed: int) -> np.ndarray:

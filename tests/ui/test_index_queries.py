@@ -49,7 +49,8 @@ def test_the_generated_index_is_read_as_written_not_built(big):
     ({}, "images"), ({"split": "validation"}, "validation"), ({"label": LABELS[0]}, "label_" + LABELS[0]),
     ({"split": "validation", "label": LABELS[0]}, "validation_" + LABELS[0]),
     ({"reason": REASONS[0]}, "reason_" + REASONS[0]), ({"flag": FLAGS[0]}, "flag_" + FLAGS[0]),
-    ({"group": 0}, "group_0"),
+    ({"group": 0}, "group_0"), ({"group": 0, "split": "validation"}, "group_0_validation"),
+    ({"flag": FLAGS[0], "label": LABELS[0]}, f"flag_{FLAGS[0]}_{LABELS[0]}"),
 ])
 def test_each_filter_counts_what_the_data_holds_and_its_last_page_holds_the_rest(big, params, name):
     client, _, expected = big
@@ -81,7 +82,7 @@ def test_counts_add_up_and_the_overview_and_quality_pages_answer(big):
 
 
 @pytest.mark.parametrize("params", [{"flag": "no_such_flag"}, {"reason": "no_such_reason"},
-                                    {"reason": REASONS[0], "label": LABELS[0]}])
+                                    {"reason": REASONS[0], "label": LABELS[0]}, {"group": "1e3"}, {"group": "-1"}])
 def test_unknown_or_impossible_filters_are_400(big, params):
     client, _, _ = big
     assert client.get("/gallery", params=params).status_code == 400
@@ -111,3 +112,11 @@ def test_every_stored_key_and_failed_row_of_a_real_run_is_shown(tiny_job, tmp_pa
     assert all(client.get(f"/item/{key}").status_code == 200 for key in shown)
     failed = client.get("/gallery", params={"reason": "missing_file"})
     assert count(failed) == 1 and failure["source"] in failed.text and failure["key"] in failed.text
+
+
+def test_the_form_s_empty_fields_mean_no_filter(big):
+    """A browser submits every field of the gallery's form, the unused ones empty."""
+    client, _, expected = big
+    response = client.get("/gallery", params={"split": "", "label": LABELS[0], "reason": "", "flag": "",
+                                              "group": ""})
+    assert count(response) == expected["label_" + LABELS[0]]
