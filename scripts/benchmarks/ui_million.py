@@ -218,7 +218,7 @@ def _start(flags: list[str], log_path: str, env: dict) -> tuple:
     return process, url, time.monotonic() - started
 
 
-def measure(job: str, quality: str | None, predictions: str | None, work: str, requests: int, repeat: int,
+def measure_ui(job: str, quality: str | None, predictions: str | None, work: str, requests: int, repeat: int,
             build: bool, thumbnails: int = 0) -> dict:
     """Every figure of the module docstring over the run `job` (and its quality/predictions folders)."""
     import httpx
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         results["index_bytes"] = os.path.getsize(os.path.join(job, "index.parquet"))
     else:
         job, quality = args.input_dir, args.quality_dir
-    results.update(measure(job, quality, args.predictions_dir, work, args.requests, args.repeat, args.build,
+    results.update(measure_ui(job, quality, args.predictions_dir, work, args.requests, args.repeat, args.build,
                            args.thumbnails))
     with open(os.path.join(work, "ui_results.json"), "w") as f:
         json.dump(results, f, indent=1)
