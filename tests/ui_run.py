@@ -87,13 +87,13 @@ def write_quality_folder(folder, job_dir):
 
 
 def _job_rows(job_dir):
-    """(key, source, split, label) of every stored image, read back through the UI's own index."""
-    from beam_pipeline.ui.record_index import RecordIndex
+    """(key, source, split, label) of every stored image, read back through the run's image index."""
+    from beam_pipeline.common import image_index
     from tf_serving_input.layout import OutputLayout
 
     layout = OutputLayout(str(job_dir))
-    index = RecordIndex(layout, layout.load_manifest())
-    return [{"key": e.key, "source": e.source, "split": e.split, "label": e.label} for e in index.entries.values()]
+    table = image_index.build_table(layout, layout.load_manifest())
+    return table.filter(table.column("reason").is_null()).select(["key", "source", "split", "label"]).to_pylist()
 
 
 def ui_command(*flags):

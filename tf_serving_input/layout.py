@@ -182,6 +182,9 @@ class OutputLayout(RunFolder):
     TRANSFORMED_METADATA_DIR = "transformed_metadata"
     RAW_METADATA_DIR = "metadata"
     TFT_TEMP_DIR = ".tmp"
+    # The image index (beam_pipeline/common/image_index.py), written by the first UI start, and its record.
+    INDEX_FILE = "index.parquet"
+    INDEX_RECORD_FILE = "index.json"
 
     @property
     def raw_metadata_dir(self) -> str:
@@ -193,11 +196,23 @@ class OutputLayout(RunFolder):
         """tensorflow-transform's temporary folder when no --temp_location is given."""
         return self.path(self.TFT_TEMP_DIR)
 
+    @property
+    def index_file(self) -> str:
+        """The image index: key -> shard, offset, split, label, ... of every stored image, and the failed rows."""
+        return self.path(self.INDEX_FILE)
+
+    @property
+    def index_record_file(self) -> str:
+        """What vouches for the index: its SHA-256 and what it was built from (the manifest's, the shards')."""
+        return self.path(self.INDEX_RECORD_FILE)
+
     @classmethod
     def entries(cls) -> tuple[str, ...]:
-        """Every top-level name a run writes: what --overwrite removes (logs/ and the lock stay)."""
+        """Every top-level name a run writes: what --overwrite removes (logs/ and the lock stay); a resumed
+        run removes the image index too (not in `kept_on_resume`), which the next UI start builds again."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
-                cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR)
+                cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR,
+                cls.INDEX_FILE, cls.INDEX_RECORD_FILE)
 
     @classmethod
     def kept_on_resume(cls) -> tuple[str, ...]:

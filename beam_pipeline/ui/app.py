@@ -12,7 +12,9 @@ import dataclasses
 import math
 import os
 from typing import Any
+from urllib.parse import urlencode
 
+import pyarrow.compute as pc
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, Response
@@ -28,6 +30,8 @@ from beam_pipeline.ui.run_data import JobRun, PredictRun
 from tf_serving_input import failures
 
 PAGE_SIZE = 48
+FAILURES_SHOWN = 100  # Failed rows of each reason on the failures page; the gallery's reason filter pages on.
+GROUPS_SHOWN = 200  # Groups of each kind on the quality page; the gallery's group filter shows any group.
 MAX_K = 100  # Neighbours a page shows (the database serves up to 1,000; a page of 1,000 thumbnails is no use).
 DEFAULT_K = 8
 MAX_PAGE = 1_000_000
@@ -142,28 +146,59 @@ def create_app(state: UiState) -> FastAPI:
     @app.get("/gallery", response_class=HTMLResponse)
     def gallery(request: Request, split: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
                 label: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
+                reason: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
+                flag: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
+                group_text: str | None = Query(None, alias="group", max_length=20),
                 page_number: int = Query(1, alias="page", ge=1, le=MAX_PAGE)) -> HTMLResponse:
-        split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")
-        keys = state.job.select(split, label)
-        pages = max(1, math.ceil(len(keys) / PAGE_SIZE))
+        # Every filter is a pyarrow.compute query over the image index: rows, then one page of them.
+        job, quality = state.job, state.quality
+        # The form sends every field, the unused ones empty: "" is no filter, like split's and label's.
+        if group_text and not (group_text.isascii() and group_text.isdigit()):
+            refuse(400, f"group: a group number, not {group_text[:20]!r}")
+        group = int(group_text) if group_text else None
+        split, label = known(split, job.splits, "split"), known(label, job.labels, "label")
+        reason = known(reason, list(job.failure_counts), "reason")
+        if (flag or group is not None) and quality is None:
+            refuse(404, "the flag and group filters need a quality folder: start the UI with --quality_dir")
+        within = None
+        if quality is not None:
+            flag = known(flag, quality.flag_names, "flag")
+            if group is not None and not quality.has_group(group):
+                refuse(404, f"no duplicate group {group} in the quality folder")
+            for rows in ([quality.rows_with_flag(flag)] if flag else []) + (
+                    [quality.rows_in_group(group)] if group is not None else []):
+                within = rows if within is None else within.filter(pc.is_in(within, value_set=rows))
+        if reason is not None:
+            if label or within is not None:
+                refuse(400, "reason: a failed row has no image, so it takes only the split filter")
+            rows = job.failures(reason, split)
+        else:
+            rows = job.select(split, label, within)
+        total = len(rows)
+        pages = max(1, math.ceil(total / PAGE_SIZE))
         if page_number > pages:
             refuse(404, f"page {page_number} is past the last page ({pages})")
-        shown = keys[(page_number - 1) * PAGE_SIZE: page_number * PAGE_SIZE]
-        return page(request, "gallery.html", entries=[state.job.index.entries[key] for key in shown],
-                    split=split, label=label, page=page_number, pages=pages, total=len(keys))
+        shown = rows.slice((page_number - 1) * PAGE_SIZE, PAGE_SIZE)
+        entries = job.index.entries(shown) if reason is None else []
+        failed = job.failure_rows(shown) if reason is not None else []
+        filters = {"split": split, "label": label, "reason": reason, "flag": flag,
+                   "group": None if group is None else str(group)}
+        return page(request, "gallery.html", entries=entries, failed=failed, filters=filters, split=split,
+                    label=label, page=page_number, pages=pages, total=total,
+                    query=urlencode({name: value for name, value in filters.items() if value is not None}))
 
     @app.get("/item/{key}", response_class=HTMLResponse)
     def item(request: Request, key: str, k: int = Query(DEFAULT_K, ge=1, le=MAX_K)) -> HTMLResponse:
         entry = entry_or_404(key)
-        top_k = state.predict.top_k.get(key) if state.predict else None
+        top_k = state.predict.top_k(key) if state.predict else None
         neighbours, problem = None, None
         if state.search is not None:
             try:
                 neighbours = state.search.by_key(key, k)
             except LookupError as error:
                 problem = str(error)
-        group = state.quality.group_of.get(key) if state.quality else None
-        flags = state.quality.flags_of.get(key) if state.quality else None
+        group = state.quality.group_of(key) if state.quality else None
+        flags = state.quality.flags_of(key) if state.quality else None
         return page(request, "item.html", entry=entry, top_k=top_k, neighbours=neighbours, problem=problem,
                     group=group, flags=flags, k=k)
 
@@ -177,8 +212,10 @@ def create_app(state: UiState) -> FastAPI:
 
     @app.get("/failures", response_class=HTMLResponse)
     def failures_page(request: Request) -> HTMLResponse:
-        return page(request, "failures.html", by_reason=dict(sorted(state.job.failures_by_reason.items())),
-                    reasons=failures.REASONS)
+        # Each reason's count and first rows; the gallery's reason filter pages through all of them.
+        by_reason = {reason: (count, state.job.failure_rows(state.job.failures(reason).slice(0, FAILURES_SHOWN)))
+                     for reason, count in state.job.failure_counts.items()}
+        return page(request, "failures.html", by_reason=by_reason, reasons=failures.REASONS)
 
     @app.get("/search", response_class=HTMLResponse)
     def search_form(request: Request, key: str | None = Query(None, max_length=MAX_KEY_LENGTH),
@@ -237,6 +274,6 @@ def create_app(state: UiState) -> FastAPI:
     def quality(request: Request) -> HTMLResponse:
         if state.quality is None:
             refuse(404, "quality pages need a quality folder: start the UI with --quality_dir")
-        return page(request, "quality.html", quality=state.quality)
+        return page(request, "quality.html", quality=state.quality, groups_shown=GROUPS_SHOWN)
 
     return app

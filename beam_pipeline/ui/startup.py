@@ -14,6 +14,7 @@ from beam_pipeline.ui.app import UiState
 from beam_pipeline.ui.neighbours import NeighbourSearch
 from beam_pipeline.ui.quality import QualityRun
 from beam_pipeline.ui.run_data import JobRun, PredictRun
+from tf_serving_input.layout import OutputLayout
 
 POOL_SIZE = 8  # Connections: the thread pool runs up to 40 requests at once, each holds one for a query.
 
@@ -39,13 +40,17 @@ class Resources:
 
 def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resources]:
     """(UiState, Resources) for the parsed flags; StartupError (or DatabaseError, ExportError) when it cannot."""
-    job = JobRun(args.input_dir)
-    if not job.keys:
+    manifest = OutputLayout(args.input_dir).load_manifest()
+    predict = PredictRun(args.predictions_dir) if args.predictions_dir else None
+    quality = QualityRun(args.quality_dir) if args.quality_dir else None
+    _check_same_input(args, manifest, predict)  # Before the image index, which a first start builds.
+    job = JobRun(args.input_dir, manifest=manifest)
+    if not job.image_count:
         raise StartupError(f"--input_dir {args.input_dir} holds no stored image")
     state = UiState(job=job, max_file_bytes=args.max_file_bytes, upload_timeout=args.upload_timeout)
-    state.predict = PredictRun(args.predictions_dir) if args.predictions_dir else None
-    state.quality = QualityRun(args.quality_dir) if args.quality_dir else None
-    _check_same_input(args, job, state.predict)
+    state.predict, state.quality = predict, quality
+    if state.quality is not None:  # Its groups and flags as rows of the image index: the gallery's filters.
+        state.quality.attach(job.index.keys)
     resources = Resources()
     if database_value is None:
         return state, resources
@@ -62,7 +67,7 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
     return state, resources
 
 
-def _check_same_input(args: Any, job: JobRun, predict: PredictRun | None) -> None:
+def _check_same_input(args: Any, job_manifest: dict, predict: PredictRun | None) -> None:
     """StartupError when --predictions_dir or --quality_dir was made from another job output than --input_dir.
 
     Their pages would otherwise show another dataset's top-k, duplicates and leaks beside this run's images.
@@ -71,7 +76,7 @@ def _check_same_input(args: Any, job: JobRun, predict: PredictRun | None) -> Non
     from beam_pipeline.common.job_shards import job_dataset_id, job_input_sha256
     from tf_serving_input.layout import QualityLayout
 
-    if predict is not None and predict.dataset_id != job_dataset_id(job.manifest):
+    if predict is not None and predict.dataset_id != job_dataset_id(job_manifest):
         raise StartupError(f"--predictions_dir {args.predictions_dir} holds predictions of another job output than "
                            f"--input_dir {args.input_dir}: give the predict job's folder of this one")
     if args.quality_dir:
@@ -81,7 +86,7 @@ def _check_same_input(args: Any, job: JobRun, predict: PredictRun | None) -> Non
         if not isinstance(recorded, dict) or not isinstance(recorded.get("input_sha256"), str):
             raise StartupError(f"{run_file} is missing or damaged, so the quality folder's input is unknown: rerun "
                                "the quality command to rewrite it")
-        if recorded["input_sha256"] != job_input_sha256(job.manifest):
+        if recorded["input_sha256"] != job_input_sha256(job_manifest):
             raise StartupError(f"--quality_dir {args.quality_dir} is the quality job's output of another job output "
                                f"than --input_dir {args.input_dir} ({run_file} names other shards): run the quality "
                                f"command on --input_dir {args.input_dir}")

@@ -342,7 +342,8 @@ def test_thumbnails_are_decoded_through_the_codecs_of_the_stored_format(ui_input
 
     layout = OutputLayout(ui_inputs["job"])
     index = RecordIndex(layout, layout.load_manifest())
-    key, entry = next(iter(index.entries.items()))
+    entry = index.entry(0)
+    key = entry.key
     stored = np.asarray(Image.open(io.BytesIO(index.thumbnail(key))))
     expected = tf.io.decode_png(tf.train.Example.FromString(index.record(key)).features.feature[
         "image/encoded"].bytes_list.value[0]).numpy()
