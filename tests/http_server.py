@@ -235,3 +235,17 @@ def basic_auth(user: str, password: str, then: Behaviour) -> Behaviour:
         else:
             status(401, {"WWW-Authenticate": 'Basic realm="test"'})(handler, number)
     return behave
+
+
+def early_hints(then: Behaviour) -> Behaviour:
+    """A 103 Early Hints interim answer, then `then`'s answer on the same connection."""
+    def behave(handler: http.server.BaseHTTPRequestHandler, number: int) -> None:
+        handler.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+        handler.wfile.flush()
+        then(handler, number)
+    return behave
+
+
+def raw_gzip(packed: bytes) -> Behaviour:
+    """Already gzipped bytes (a bomb, say) with Content-Encoding: gzip."""
+    return lambda handler, _: _answer(handler, 200, packed, {"Content-Type": "image/png", "Content-Encoding": "gzip"})

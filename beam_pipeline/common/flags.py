@@ -84,8 +84,8 @@ def add_url_flags(parser: argparse.ArgumentParser) -> None:
                        help="Seconds for a whole URL: every redirect, retry and wait included; a body that "
                             "trickles is cut off here.")
     group.add_argument("--url_max_attempts", type=int, default=default.max_attempts,
-                       help="Attempts of a URL that fails transiently (connection, timeout, 429, 5xx); other "
-                            "4xx answers are never retried.")
+                       help="Tries of a URL that fails transiently (connection, timeout, 429, 5xx), counted over "
+                            "all its redirects; other 4xx answers are never retried.")
     group.add_argument("--url_max_redirects", type=int, default=default.max_redirects,
                        help="Redirects followed before the row fails as too_many_redirects.")
     group.add_argument("--url_retry_after_max", type=float, default=default.retry_after_max,

@@ -26,6 +26,7 @@ Every failure's detail and fields name the URL without its password.
 
 from __future__ import annotations
 
+import base64
 import concurrent.futures
 import dataclasses
 import errno
@@ -57,6 +58,11 @@ _DNS_TTL = 60.0
 _DNS_NEGATIVE_TTL = 10.0
 _MAX_BACKOFF = 8.0
 _ACCEPT = "image/jpeg,image/png,image/webp,image/gif,image/bmp;q=0.9,*/*;q=0.5"
+# Images barely compress (JPEG, PNG, WebP ~1x; BMP and TIFF a few times): a body that decodes to more than
+# this many times its size on the wire is a decompression bomb, refused before it fills memory.
+MAX_DECODE_RATIO = 100
+# (host, port, Proxy-Authorization or None) of the proxy from the environment.
+Proxy = tuple[str, int, str | None]
 # (host, port) -> the IP addresses to connect to.
 Resolver = Callable[[str, int], Sequence[str]]
 
@@ -149,11 +155,24 @@ class _Watchdog:
                     pass  # Already closed.
 
 
+class _Response(http.client.HTTPResponse):
+    """http.client's answer, skipping every interim 1xx answer (103 Early Hints, ...), not only 100 Continue."""
+
+    def _read_status(self) -> tuple[str, int, str]:
+        while True:
+            version, status, reason = super()._read_status()  # type: ignore[misc]
+            if not 100 < status < 200:
+                return version, status, reason
+            http.client._read_headers(self.fp)  # type: ignore[attr-defined]
+
+
 class _Connection(http.client.HTTPConnection):
     """An HTTP(S) connection to one checked address, speaking to the host by name (Host, SNI, certificate)."""
 
+    response_class = _Response
+
     def __init__(self, target: Target, address: str, timeout: float, tls: ssl.SSLContext | None,
-                 proxy: tuple[str, int] | None = None) -> None:
+                 proxy: Proxy | None = None) -> None:
         super().__init__(target.host, target.port, timeout=timeout)
         self.address = address
         self.tls = tls
@@ -163,7 +182,7 @@ class _Connection(http.client.HTTPConnection):
 
     def connect(self) -> None:
         """TCP to the checked address (or the proxy), then TLS for the host name."""
-        host, port = self.proxy or (self.address, self.port)
+        host, port = self.proxy[:2] if self.proxy else (self.address, self.port)
         self.sock = socket.create_connection((host, port), self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.proxy is not None and self.tls is not None:
@@ -174,7 +193,9 @@ class _Connection(http.client.HTTPConnection):
     def _connect_tunnel(self) -> None:
         """CONNECT host:port through the proxy, for https."""
         target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        self.sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode("ascii"))
+        assert self.proxy is not None
+        credentials = f"Proxy-Authorization: {self.proxy[2]}\r\n" if self.proxy[2] else ""
+        self.sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{credentials}\r\n".encode("ascii"))
         answer = http.client.HTTPResponse(self.sock, method="CONNECT")
         answer.begin()
         if answer.status != 200:
@@ -272,7 +293,8 @@ class HttpFetcher:
         except failures.RowFailure as failure:
             detail = failure.detail
             for secret in {password, urllib.parse.unquote(password or "")} - {None, ""}:
-                detail = detail.replace(str(secret), MASK)
+                if len(str(secret)) >= 3:  # As redact: a one- or two-character one would blank out ordinary words.
+                    detail = detail.replace(str(secret), MASK)
             raise failures.RowFailure(failure.reason, detail, {
                 "url": progress.shown, "http_status": progress.status, "attempts": progress.attempts}) from None
 
@@ -284,12 +306,12 @@ class HttpFetcher:
         origin, credentials = target.origin, target.authorization
         redirects, tries = 0, 0
         while True:
-            tries += 1
             progress.attempts += 1
             authorization = credentials if target.origin == origin else None
             try:
                 outcome = self._attempt(target, authorization, deadline, progress)
             except _Transient as transient:
+                tries += 1
                 self._wait_before_retry(transient, tries, deadline, target)
                 continue
             if isinstance(outcome, bytes):
@@ -303,14 +325,14 @@ class HttpFetcher:
                 target = urls.redirect_target(target, outcome)
             except failures.RowFailure as failure:
                 raise failures.RowFailure(failures.BAD_URL, f"redirected to {failure.detail}") from None
-            tries = 0
+            # `tries` goes on across hops: --url_max_attempts bounds the failed tries of the whole URL.
 
     def _wait_before_retry(self, transient: _Transient, tries: int, deadline: float, target: Target) -> None:
         """Sleeps before the next try, or raises the transient failure as the row's when no try is left."""
         config = self._config
         if transient.reason == failures.TIMEOUT and time.monotonic() >= deadline:
-            raise failures.RowFailure(failures.TIMEOUT, f"{target.shown}: {transient.detail} (the whole fetch "
-                                                        f"took longer than --url_timeout={config.total_timeout:g} s)")
+            raise failures.RowFailure(failures.TIMEOUT, f"{target.shown}: the whole fetch took longer than "
+                                                        f"--url_timeout={config.total_timeout:g} s")
         if tries >= config.max_attempts:
             raise failures.RowFailure(transient.reason, f"{transient.detail} (after {tries} attempts)")
         wait = random.uniform(0, min(_MAX_BACKOFF, config.backoff_base * 2 ** (tries - 1)))
@@ -349,7 +371,7 @@ class HttpFetcher:
         conn = self._connect_any(target, addresses, proxy, deadline)
         return self._exchange(conn, target, request_target, authorization, deadline, progress)
 
-    def _connect_any(self, target: Target, addresses: list[str], proxy: tuple[str, int] | None,
+    def _connect_any(self, target: Target, addresses: list[str], proxy: Proxy | None,
                      deadline: float) -> _Connection:
         """A new connection to the first of the checked addresses that answers (a dual-stack host whose
         IPv6 address is unreachable from here is still fetched over IPv4)."""
@@ -364,15 +386,23 @@ class HttpFetcher:
         assert failure is not None
         raise failure
 
-    def _proxy_for(self, target: Target) -> tuple[str, int] | None:
+    def _proxy_for(self, target: Target) -> Proxy | None:
         proxy_url = self._proxies.get(target.scheme)
         if not proxy_url or urllib.request.proxy_bypass_environment(  # type: ignore[attr-defined]
                 target.host, self._proxies):
             return None
-        parts = urllib.parse.urlsplit(proxy_url if "://" in proxy_url else f"http://{proxy_url}")
+        try:
+            parts = urllib.parse.urlsplit(proxy_url if "://" in proxy_url else f"http://{proxy_url}")
+            port = parts.port
+        except ValueError:
+            return None
         if not parts.hostname:
             return None
-        return parts.hostname, parts.port or 80
+        authorization = None
+        if parts.username is not None:
+            user, password = urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
+            authorization = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        return parts.hostname, port or 80, authorization
 
     def _checked_addresses(self, target: Target, deadline: float) -> list[str]:
         """The host's addresses, each of them checked (bad_url when any is refused): the only ones connected to."""
@@ -419,7 +449,7 @@ class HttpFetcher:
             raise failures.RowFailure(failures.DNS_FAILED, f"{target.shown}: {target.host} has no address")
         return answer
 
-    def _new_connection(self, target: Target, address: str, proxy: tuple[str, int] | None,
+    def _new_connection(self, target: Target, address: str, proxy: Proxy | None,
                         deadline: float) -> _Connection:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -437,8 +467,10 @@ class HttpFetcher:
             raise failures.RowFailure(failures.TLS_FAILED, f"{target.shown}: {error}") from None
         except TimeoutError:
             conn.close()
+            limit = ("--url_timeout" if time.monotonic() >= deadline else
+                     f"--url_connect_timeout={self._config.connect_timeout:g} s")
             raise _Transient(failures.TIMEOUT, f"{target.shown}: connecting to {target.host} took longer than "
-                                               f"--url_connect_timeout={self._config.connect_timeout:g} s") from None
+                                               f"{limit}") from None
         except OSError as error:
             conn.close()
             raise _Transient(failures.CONNECTION_FAILED, f"{target.shown}: cannot connect to {target.host}: "
@@ -457,6 +489,8 @@ class HttpFetcher:
             headers = {"User-Agent": self._user_agent, "Accept": _ACCEPT, "Accept-Encoding": "gzip, deflate"}
             if authorization:
                 headers["Authorization"] = authorization
+            if conn.proxy and conn.proxy[2] and conn.tls is None:  # Plain http through the proxy: it reads this.
+                headers["Proxy-Authorization"] = conn.proxy[2]
             try:
                 conn.request("GET", request_target, headers=headers)
                 response = conn.getresponse()
@@ -524,19 +558,25 @@ class HttpFetcher:
                                                                    "decoded (gzip and deflate are)")
         decoder = None if encoding == "identity" else zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in encoding
                                                                          else zlib.MAX_WBITS)
-        parts, size = [], 0
+        parts, size, wire = [], 0, 0
         while True:
             assert conn.sock is not None
             conn.sock.settimeout(self._read_timeout(deadline))
             chunk = response.read1(_CHUNK)
             if not chunk:
                 break
+            wire += len(chunk)
             if decoder is not None:
+                limit = min(self._max_bytes, MAX_DECODE_RATIO * wire) + 1 - size
                 try:
-                    chunk = decoder.decompress(chunk, self._max_bytes + 1 - size)
+                    chunk = decoder.decompress(chunk, max(1, limit))
                 except zlib.error as error:
                     raise failures.RowFailure(failures.CORRUPT, f"{shown}: the {encoding} body cannot be "
                                                                 f"decoded: {error}") from None
+                if size + len(chunk) > MAX_DECODE_RATIO * wire:
+                    raise failures.RowFailure(failures.TOO_LARGE, f"{shown}: the {encoding} body decodes to more "
+                                                                  f"than {MAX_DECODE_RATIO}x its size (a "
+                                                                  "decompression bomb)")
             size += len(chunk)
             if size > self._max_bytes:
                 raise failures.RowFailure(failures.TOO_LARGE, f"{shown}: the body is more than --max_file_bytes="

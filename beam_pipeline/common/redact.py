@@ -64,15 +64,26 @@ def redact_url(url: str) -> str:
     """`url` with its password replaced by ***, structurally (the user name stays): for a URL row, once.
 
     Not `register`: a CSV may hold a password per row, and a registered secret is searched in every
-    later `redact` call.
+    later `redact` call. A URL whose user:password@ a parser would split elsewhere (a raw '/', '?' or
+    '#' in the password, characters NFKC changes) is masked from the first ':' after the user to its
+    last '@': a path that holds '@' then shows masked too, which is the safe mistake.
     """
     try:
         parts = urllib.parse.urlsplit(url)
         password = parts.password
+        _ = parts.port, parts.hostname
+        clean = True
     except ValueError:
-        return redact(url)
-    if password is None:
-        return redact(url)
-    userinfo, _, hostport = parts.netloc.rpartition("@")
-    user = userinfo.partition(":")[0]
-    return redact(urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}")))
+        clean, password = False, None
+    if clean and password is not None:
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        return redact(urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}")))
+    unclear = _UNCLEAR_USERINFO.match(url)
+    if unclear and (not clean or "@" not in parts.netloc):
+        return redact(f"{unclear.group('head')}{MASK}@{url[unclear.end():]}")
+    return redact(url)
+
+
+# scheme://user: ... @ up to the last '@' of the text (greedy): a password a URL parser cannot delimit.
+_UNCLEAR_USERINFO = re.compile(r"(?s)(?P<head>\s*[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#@:\s]*:)(?P<password>.*)@")

@@ -361,6 +361,9 @@ def _refuse_unreadable_scheme(path: str) -> None:
         raise urls.bad_url(f"{shown}: URL rows are fetched by the preprocess job only; download the image first",
                            shown)
     scheme = urls.refused_scheme(path)
+    if scheme in urls.HTTP_SCHEMES:
+        raise urls.bad_url(f"{terminal.shown(shown, terminal.PATH_WIDTH)}: an {scheme} URL needs '//' after "
+                           f"'{scheme}:'", shown)
     if scheme is not None:
         raise urls.bad_url(f"{terminal.shown(shown, terminal.PATH_WIDTH)}: the scheme {scheme}: names no image "
                            "this job can read (http(s) URLs and files are read)", shown)

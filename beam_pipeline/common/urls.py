@@ -29,7 +29,16 @@ REFUSED_SCHEMES = ("data", "javascript", "ftp", "ftps", "sftp", "ssh", "mailto",
 # The opt-out directives img2dataset honours by default, in X-Robots-Tag.
 OPT_OUT_DIRECTIVES = frozenset({"noai", "noimageai", "noindex", "noimageindex"})
 USER_AGENT_TOKEN = "beam-image-pipeline"
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(//)?")
+_HOST_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
+# A User-Agent token in X-Robots-Tag ('googlebot: noai'); a date's pieces ('25-Jun-10 15:00:00') are not.
+_AGENT = re.compile(r"^[a-z][a-z0-9_.-]*$")
+# What urllib's ValueError means, in words that quote nothing of the URL (its texts quote the netloc).
+_SPLIT_ERRORS = (("Port out of range", "its port is not between 1 and 65535"),
+                 ("Port could not be cast", "its port is not a number, or its user:password holds a '/', '?' or "
+                                            "'#', which must be percent-encoded"),
+                 ("Invalid IPv6 URL", "its IPv6 address in [brackets] is malformed"),
+                 ("NFKC", "its user, password or host holds characters that change under NFKC normalization"))
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 _LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # Characters a request target keeps as they are (RFC 3986's reserved and unreserved, plus '%' of a valid escape).
@@ -45,7 +54,7 @@ class FetchConfig:
       per_host: requests in flight per worker to one host (name and port).
       connect_timeout, read_timeout: seconds to connect, and between two reads of the answer.
       total_timeout: seconds for the whole fetch of a URL, redirects, retries and waits included.
-      max_attempts: tries of a transient failure (connection, timeout, 429, 5xx) per hop.
+      max_attempts: tries of a URL that fail transiently (connection, timeout, 429, 5xx), over all its redirects.
       max_redirects: redirects followed before the row fails as too_many_redirects.
       retry_after_max: the longest Retry-After honoured; a longer one fails the row at once.
       allow_private: fetch URLs that resolve to loopback, private or link-local addresses.
@@ -90,10 +99,13 @@ def is_http_url(cell: str) -> bool:
 
 
 def refused_scheme(cell: str) -> str | None:
-    """The scheme of a path cell that can name no image (ftp:, data:, ...), or None."""
+    """The scheme of a path cell that can name no image (ftp:, data:, http: without '//', ...), or None."""
     match = _SCHEME.match(cell.lstrip())
-    if match and match.group(1).lower() in REFUSED_SCHEMES:
-        return match.group(1).lower()
+    if not match:
+        return None
+    scheme = match.group(1).lower()
+    if scheme in REFUSED_SCHEMES or (scheme in HTTP_SCHEMES and not match.group(2)):
+        return scheme
     return None
 
 
@@ -118,16 +130,25 @@ def parse(url: str) -> Target:
         port = parts.port
         host = parts.hostname
     except ValueError as error:
-        raise bad_url(f"{shown!r} is not a URL that can be fetched: {error}", shown) from None
+        why = next((words for marker, words in _SPLIT_ERRORS if marker in str(error)),
+                   "it cannot be split into scheme, host and path")
+        raise bad_url(f"{shown!r} is not a URL that can be fetched: {why}", shown) from None
     scheme = parts.scheme.lower()
     if scheme not in HTTP_SCHEMES:
         raise bad_url(f"{shown!r}: the scheme {scheme or '(none)'}: is not fetched, only http and https", shown)
     if not host:
         raise bad_url(f"{shown!r} names no host", shown)
+    if "%" in host:
+        raise bad_url(f"{shown!r}: an IPv6 zone (%...) names a local interface; it is not fetched", shown)
     try:
         ascii_host = ipaddress.ip_address(host).compressed if _is_ip(host) else _idna(host)
     except UnicodeError:
         raise bad_url(f"{shown!r}: the host name is not a valid internationalized name", shown) from None
+    if not _is_ip(ascii_host):
+        labels = ascii_host.split(".")
+        if len(ascii_host) > 253 or not all(_HOST_LABEL.match(label) for label in labels):
+            raise bad_url(f"{shown!r}: the host name is not a valid DNS name (letters, digits, '-' and '_', "
+                          "at most 63 characters a label)", shown)
     if port == 0:
         raise bad_url(f"{shown!r}: port 0 cannot be connected to", shown)
     request_target = quote_target(parts.path or "/") + (f"?{quote_target(parts.query)}" if parts.query else "")
@@ -142,10 +163,21 @@ def parse(url: str) -> Target:
 
 
 def redirect_target(current: Target, location: str) -> Target:
-    """The Target a redirect's Location names, relative to `current` (its fragment dropped); raises bad_url."""
+    """The Target a redirect's Location names, relative to `current` (its fragment dropped); raises bad_url.
+
+    `location` as http.client hands it over: decoded as Latin-1, so a Location sent in raw UTF-8 (which
+    servers do) is read as UTF-8 again before it is quoted."""
+    try:
+        location = location.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        pass  # Truly Latin-1 (or already text): keep it.
     base = f"{current.scheme}://{_netloc(current)}{current.request_target}"
-    joined = urllib.parse.urljoin(base, location.strip())
-    return parse(urllib.parse.urldefrag(joined).url)
+    try:
+        joined = urllib.parse.urldefrag(urllib.parse.urljoin(base, location.strip())).url
+    except ValueError:
+        shown = redact_url(location.strip())
+        raise bad_url(f"{shown!r} is not a URL that can be fetched", shown) from None
+    return parse(joined)
 
 
 def _netloc(target: Target) -> str:
@@ -179,6 +211,8 @@ def refused_address(address: str) -> str | None:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.ipv4_mapped is not None:
             candidates.append(ip.ipv4_mapped)
+        if ip in ipaddress.ip_network("::/96") and int(ip) > 1:  # Deprecated IPv4-compatible (::127.0.0.1).
+            candidates.append(ipaddress.IPv4Address(int(ip)))
         if ip.sixtofour is not None:
             candidates.append(ip.sixtofour)
         if ip.teredo is not None:
@@ -210,9 +244,10 @@ def opted_out(header_values: list[str], token: str = USER_AGENT_TOKEN) -> bool:
         for part in value.split(","):
             part = part.strip()
             name, colon, rest = part.partition(":")
-            if colon and name.strip().lower() not in {"unavailable_after", "max-snippet", "max-image-preview",
-                                                      "max-video-preview"}:
-                agent, part = name.strip().lower(), rest.strip()
+            name = name.strip().lower()
+            if colon and _AGENT.match(name) and name not in {"unavailable_after", "max-snippet", "max-image-preview",
+                                                              "max-video-preview"}:
+                agent, part = name, rest.strip()
             directive = part.strip().lower()
             if directive in OPT_OUT_DIRECTIVES and agent in (None, token):
                 return True

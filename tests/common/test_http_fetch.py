@@ -299,3 +299,51 @@ def test_credentials_follow_a_redirect_on_their_origin_only_and_a_dead_address_i
         assert server.headers("/creds/away")[-1]["Authorization"].startswith("Basic ")
     finally:
         fetcher.close()
+
+
+def test_max_attempts_counts_every_hop_of_a_url(server, fetcher):
+    """A chain of redirects whose every hop fails twice first gets --url_max_attempts tries in all, not per hop."""
+    def storm(handler, number):
+        hop = int(handler.path.rsplit("/", 1)[1])
+        serve.flaky(2, 503, serve.redirect(f"/storm/{hop + 1}"))(handler, number)
+
+    for hop in range(12):
+        server.route(f"/storm/{hop}", storm)
+    failure = failure_of(fetcher, server.url("/storm/0"))
+    assert failure.reason == failures.HTTP_5XX
+    # 3 failed tries in all (2 on the first hop, 1 on the second), and the one redirect between them.
+    assert sum(server.requests(f"/storm/{hop}") for hop in range(12)) == FAST.max_attempts + 1 == \
+        failure.fields["attempts"]
+
+
+def test_a_gzip_bomb_is_refused_by_its_ratio_before_it_fills_memory(server):
+    import gzip
+
+    bomb = gzip.compress(bytes(20 * 1024 * 1024))  # ~20 KB on the wire, 20 MB decoded.
+    fetcher = HttpFetcher(FAST, max_bytes=256 * 1024 * 1024)
+    try:
+        failure = failure_of(fetcher, server.route("/bomb/a.png", serve.raw_gzip(bomb)))
+    finally:
+        fetcher.close()
+    assert failure.reason == failures.TOO_LARGE and "decodes to more than" in failure.detail
+
+
+def test_an_early_hints_answer_is_skipped(server, fetcher):
+    assert fetcher.fetch(server.route("/hints/a.jpg", serve.early_hints(serve.image(JPEG)))) == JPEG
+
+
+def test_a_proxy_gets_its_credentials_from_its_url(server, monkeypatch):
+    server.route("/proxied-auth/a.jpg", serve.image(JPEG))
+    monkeypatch.setenv("http_proxy", f"http://pu:ProxyPw@127.0.0.1:{server.port}")
+    monkeypatch.setenv("no_proxy", "")
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
+    try:
+        assert fetcher.fetch("http://images.example/proxied-auth/a.jpg") == JPEG
+    finally:
+        fetcher.close()
+    assert server.headers("/proxied-auth/a.jpg")[-1]["Proxy-Authorization"] == "Basic cHU6UHJveHlQdw=="
+
+
+def test_a_short_password_does_not_garble_the_detail(server, fetcher):
+    failure = failure_of(fetcher, server.url("/short/404", userinfo="u:e@"))
+    assert failure.reason == failures.HTTP_404 and "answered 404 Not Found" in failure.detail
