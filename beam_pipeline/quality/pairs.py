@@ -229,10 +229,22 @@ def partition_pairs(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, ban
     never all in memory at once). One Python step a bucket cost ~110 us (NumPy's call overhead on arrays of
     a few members), 20 s of a 100,000-hash run's 11 x 16,384 buckets; here the steps are per partition.
     """
+    oversized, plan = _partition_plan(ids, hashes, values, band, max_bucket, collapse)
+    if plan is None:
+        return oversized, iter(())
+    return oversized, _partition_pair_steps(*plan, max_distance)
+
+
+_Plan = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _partition_plan(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, band: int, max_bucket: int,
+                    collapse: bool) -> tuple[list[tuple[int, int]], _Plan | None]:
+    """(oversized, (ids, hashes, bucket, first, copy, compared) sorted by bucket, hash and id) of a partition."""
     order = np.lexsort((ids, hashes, values))  # By bucket, then hash, then id: a hash's first id is its smallest.
     ids, hashes, values = ids[order], hashes[order], values[order]
     if len(ids) == 0:
-        return [], iter(())
+        return [], None
     bucket_start = np.r_[True, values[1:] != values[:-1]]
     hash_start = bucket_start | np.r_[True, hashes[1:] != hashes[:-1]]
     bucket = np.cumsum(bucket_start) - 1  # Bucket number of each member.
@@ -250,38 +262,109 @@ def partition_pairs(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, ban
         compared = np.flatnonzero(hash_start & (distinct[bucket] >= 2) & ~over[bucket])
     else:
         compared = np.flatnonzero(~over[bucket])
-    return oversized, _partition_pair_steps(ids, hashes, bucket, first, copy, compared, max_distance)
+    return oversized, (ids, hashes, bucket, first, copy, compared)
 
 
 def _partition_pair_steps(ids: np.ndarray, hashes: np.ndarray, bucket: np.ndarray, first: np.ndarray,
                           copy: np.ndarray, compared: np.ndarray, max_distance: int) -> Iterator[tuple[int, int, int]]:
     """`partition_pairs`' pairs: the copies', then the compared members' within `max_distance`, step by step."""
+    for id_a, id_b, distances in _partition_pair_arrays(ids, hashes, bucket, first, copy, compared, max_distance):
+        yield from zip(id_a.tolist(), id_b.tolist(), distances.tolist(), strict=True)
+
+
+def _partition_pair_arrays(ids: np.ndarray, hashes: np.ndarray, bucket: np.ndarray, first: np.ndarray,
+                           copy: np.ndarray, compared: np.ndarray,
+                           max_distance: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The same pairs as (id_a, id_b, distance) arrays, a step of at most PAIRS_PER_STEP candidates each."""
     for at in range(0, len(copy), PAIRS_PER_STEP):
         step = copy[at:at + PAIRS_PER_STEP]
-        yield from zip(ids[first[step]].tolist(), ids[step].tolist(), [0] * len(step), strict=True)
+        yield ids[first[step]], ids[step], np.zeros(len(step), np.int64)
     compared_hashes, compared_ids = hashes[compared], ids[compared]
     for left, right in _pairs_in_runs(bucket[compared]):
         distances = np.bitwise_count(compared_hashes[left] ^ compared_hashes[right])
         near = np.flatnonzero(distances <= max_distance)
         id_a, id_b = compared_ids[left[near]], compared_ids[right[near]]
-        yield from zip(np.minimum(id_a, id_b).tolist(), np.maximum(id_a, id_b).tolist(),
-                       distances[near].astype(np.int64).tolist(), strict=True)
+        yield np.minimum(id_a, id_b), np.maximum(id_a, id_b), distances[near].astype(np.int64)
+
+
+def partition_forest(ids: np.ndarray, hashes: np.ndarray, values: np.ndarray, band: int, max_distance: int,
+                     max_bucket: int) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
+    """`partition_pairs`, reduced to what the groups need: (oversized, edges) where the edges join each member of
+    a connected set of pairs to the set's smallest id, (smallest, member, their hash distance).
+
+    The groups are the connected sets of all pairs (union-find): each partition's sets are the same through
+    its spanning edges, one a member, as through its every pair. A partition of thousands of near-identical
+    images (crops and re-encodes of one photo: a bucket holds them all) has millions of pairs; shuffled,
+    deduplicated and read back as they were, a million such images took over 20 GB and were killed, while
+    the edges stay fewer than the members. The distance of an edge may exceed `max_distance`: the two are
+    joined through pairs within it.
+    """
+    oversized, plan = _partition_plan(ids, hashes, values, band, max_bucket, collapse=True)
+    if plan is None:
+        return oversized, []
+    sorted_ids = np.sort(ids)  # A member's position: its id's place (an id is in one bucket of a band).
+    parent = np.arange(len(sorted_ids))
+    for id_a, id_b, _ in _partition_pair_arrays(*plan, max_distance):
+        _union(parent, np.searchsorted(sorted_ids, id_a), np.searchsorted(sorted_ids, id_b))
+    roots = _roots(parent)
+    joined = np.flatnonzero(roots != np.arange(len(roots)))
+    hash_by_position = hashes[np.argsort(ids, kind="stable")]
+    distances = hamming(hash_by_position[roots[joined]], hash_by_position[joined])
+    return oversized, list(zip(sorted_ids[roots[joined]].tolist(), sorted_ids[joined].tolist(),
+                               distances.tolist(), strict=True))
+
+
+def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """Joins the sets of each pair (a[i], b[i]) in `parent` (a forest whose roots are their sets' smallest)."""
+    while len(a):
+        root_a, root_b = _find(parent, a), _find(parent, b)
+        apart = root_a != root_b
+        a, b, root_a, root_b = a[apart], b[apart], root_a[apart], root_b[apart]
+        # Each larger root hangs under the smallest root it is paired with this round; the pairs whose
+        # roots still differ go round again (no cycle: a root only ever hangs under a smaller one).
+        np.minimum.at(parent, np.maximum(root_a, root_b), np.minimum(root_a, root_b))
+
+
+def _find(parent: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """The roots of `nodes`, halving the paths on the way."""
+    while True:
+        up = parent[nodes]
+        if np.array_equal(up, nodes):
+            return nodes
+        parent[nodes] = parent[up]
+        nodes = up
+
+
+def _roots(parent: np.ndarray) -> np.ndarray:
+    """Every node's root."""
+    roots = parent.copy()
+    while True:
+        up = roots[roots]
+        if np.array_equal(up, roots):
+            return roots
+        roots = up
 
 
 class _VerifyPartition(beam.DoFn):
     """((band, partition) key, packed members) -> (id_a, id_b, distance) within the threshold, for every
-    bucket (band value) of the partition; oversized buckets tagged."""
+    bucket (band value) of the partition, or only their spanning edges (`partition_forest`); oversized
+    buckets tagged."""
 
-    def __init__(self, max_distance: int, max_bucket: int, collapse: bool) -> None:
+    def __init__(self, max_distance: int, max_bucket: int, collapse: bool, spanning: bool = False) -> None:
         self._max_distance = max_distance
         self._max_bucket = max_bucket
         self._collapse = collapse
+        self._spanning = spanning
 
     def process(self, element: tuple[int, Iterable[bytes]]) -> Iterator[object]:
         key, chunks = element
         ids, hashes, values = unpack_members(chunks)
-        oversized, found = partition_pairs(ids, hashes, values, key >> PARTITION_BITS, self._max_distance,
-                                           self._max_bucket, self._collapse)
+        if self._spanning:
+            oversized, found = partition_forest(ids, hashes, values, key >> PARTITION_BITS, self._max_distance,
+                                                self._max_bucket)
+        else:
+            oversized, found = partition_pairs(ids, hashes, values, key >> PARTITION_BITS, self._max_distance,
+                                               self._max_bucket, self._collapse)
         for bucket in oversized:
             yield beam.pvalue.TaggedOutput(OVERSIZED, bucket)
         yield from found
@@ -294,15 +377,20 @@ class FindHashPairs(beam.PTransform):
     `collapse_copies` (the default): images with one hash are compared as one ("Copies"), right where the pairs
     only join groups. Off where each pair is looked at on its own: the embedding signatures' candidates are
     verified one by one and counted as neighbours, so a copy must be proposed with every image, not one.
+    `spanning`: where the pairs only join groups, each partition's pairs reduced to spanning edges (one a
+    member: `partition_forest`), so a dataset of mass near-duplicates does not shuffle millions of pairs.
     """
 
     def __init__(self, max_distance: int, band_width: int, band_step: int, max_bucket: int,
-                 collapse_copies: bool = True) -> None:
+                 collapse_copies: bool = True, spanning: bool = False) -> None:
         super().__init__()
+        if spanning and not collapse_copies:
+            raise ValueError("spanning edges only join groups: they need collapse_copies")
         self._max_distance = max_distance
         self._bands = band_bits(band_width, band_step)  # Refuses bad band settings at construction.
         self._max_bucket = max_bucket
         self._collapse = collapse_copies
+        self._spanning = spanning
         self.oversized: beam.PCollection | None = None
 
     def expand(self, hashes: beam.PCollection) -> beam.PCollection:
@@ -315,7 +403,7 @@ class FindHashPairs(beam.PTransform):
                  | "GroupByPartition" >> beam.GroupByKey()
                  # ((band, partition) key, [packed members])
                  | "VerifyBuckets" >> beam.ParDo(_VerifyPartition(self._max_distance, self._max_bucket,
-                                                                  self._collapse))
+                                                                  self._collapse, self._spanning))
                  .with_outputs(OVERSIZED, main="pairs"))
         self.oversized = found[OVERSIZED]
         # (band key, bucket size)

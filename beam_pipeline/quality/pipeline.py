@@ -95,7 +95,8 @@ def add_pair_steps(pipeline: beam.Pipeline, layout: QualityLayout, signal_files:
                    min_contrast: float, prediction_files: list[str] = (),
                    embedding_hash_distance: int = 16) -> None:
     """Adds the pair-finding steps over the signals files (paths); pairs and oversized buckets as text files."""
-    find = FindHashPairs(max_distance, band_bits, band_step, max_bucket)
+    # Spanning edges: the hash pairs only join groups (findings.py's union-find).
+    find = FindHashPairs(max_distance, band_bits, band_step, max_bucket, spanning=True)
     found = (signal_files
              # path of a signals file
              | "ReadHashes" >> beam.ParDo(ReadHashes(min_contrast))

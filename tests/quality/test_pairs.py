@@ -247,3 +247,55 @@ def test_a_signals_file_that_cannot_be_read_is_named_with_what_to_do(tmp_path):
     damaged.write_bytes(b"PAR1 not a parquet file")
     with pytest.raises(ValueError, match=rf"the signals file {damaged} cannot be read .*run the same command again"):
         list(ReadHashes(4.0).process(str(damaged)))
+
+
+def _components(edges):
+    """{id: the smallest id it is joined to} over (a, b, ...) edges, by plain union-find (the reference)."""
+    parent = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for a, b, *_ in edges:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return {x: find(x) for x in parent}
+
+
+@pytest.mark.parametrize("band", [0, 3])
+def test_spanning_edges_join_exactly_what_the_pairs_join_with_one_edge_a_member(band):
+    """partition_forest against partition_pairs: the same connected sets, at most one edge per member, each
+    edge to its set's smallest id, with the pair's true distance; on mass near-duplicates (a bucket of
+    hundreds within reach of each other: millions of pairs at a million images) and on sparse buckets."""
+    rng = np.random.default_rng(5 + band)
+    values = rng.integers(0, 30, 4000)
+    hashes = rng.integers(0, 2**63, 4000, dtype=np.uint64)
+    base = hashes[0]
+    flips = rng.integers(0, 64, (1500, 3)).astype(np.uint64)
+    hashes[:1500] = base ^ (np.uint64(1) << flips[:, 0]) ^ (np.uint64(1) << flips[:, 1])  # One photo's crops.
+    values[:1500] = 9
+    hashes[1500:1900] = hashes[rng.integers(2000, 4000, 400)]  # Copies.
+    ids = rng.permutation(4000).astype(np.int64) * 31 + 5
+    oversized, found = pairs.partition_pairs(ids, hashes, values, band, 10, 5000)
+    found = list(found)
+    forest_oversized, edges = pairs.partition_forest(ids, hashes, values, band, 10, 5000)
+    assert forest_oversized == oversized
+    assert _components(edges) == _components(found) and len(found) > 100 * len(edges)
+    members = [member for _, member, _ in edges]
+    assert len(members) == len(set(members))  # One edge a member.
+    reference = _components(found)
+    hash_of = dict(zip(ids.tolist(), hashes.tolist()))
+    for root, member, distance in edges:
+        assert root == reference[member] < member
+        assert distance == bin(hash_of[root] ^ hash_of[member]).count("1")
+
+
+def test_spanning_edges_of_an_empty_or_pairless_partition():
+    assert pairs.partition_forest(np.zeros(0, np.int64), np.zeros(0, np.uint64), np.zeros(0, np.int64), 1, 10,
+                                  100) == ([], [])
+    ids = np.arange(5, dtype=np.int64)
+    hashes = np.array([0, 2**40, 2**50, 2**60, 2**62], dtype=np.uint64) * 3
+    assert pairs.partition_forest(ids, hashes, np.arange(5), 1, 2, 100)[1] == []
