@@ -42,7 +42,8 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
     job = JobRun(args.input_dir)
     if not job.keys:
         raise StartupError(f"--input_dir {args.input_dir} holds no stored image")
-    state = UiState(job=job, max_file_bytes=args.max_file_bytes, upload_timeout=args.upload_timeout)
+    state = UiState(job=job, max_file_bytes=args.max_file_bytes, upload_timeout=args.upload_timeout,
+                    upload_read_timeout=args.upload_read_timeout)
     state.predict = PredictRun(args.predictions_dir) if args.predictions_dir else None
     state.quality = QualityRun(args.quality_dir) if args.quality_dir else None
     _check_same_input(args, job, state.predict)

@@ -109,7 +109,7 @@ def test_path_traversal_reads_no_file(ui_server, path):
     # Sent as written: httpx would normalize the dots away, and a raw socket keeps them.
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
         raw = b""
         while chunk := s.recv(65536):
             raw += chunk
@@ -190,7 +190,7 @@ def test_an_upload_that_stalls_is_answered_408_and_frees_its_connection(ui_serve
     """A client that declares a body and stops sending must not hold a connection (and a task) forever."""
     url, _ = ui_server
     host, port = url.removeprefix("http://").split(":")
-    head = (f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+    head = (f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
             f"Content-Length: 5000\r\n\r\n--x\r\nContent-Disposition: form-data; name=\"image\"; "
             f"filename=\"a.jpg\"\r\n\r\n\xff\xd8\xff").encode("latin-1")
     with socket.create_connection((host, int(port)), timeout=UPLOAD_TIMEOUT * 4) as stalled:
@@ -216,7 +216,7 @@ def test_a_client_that_drops_mid_upload_logs_no_traceback(ui_server):
     url, log = ui_server
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as dropped:
-        dropped.sendall(f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x"
+        dropped.sendall(f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: multipart/form-data; boundary=x"
                         f"\r\nContent-Length: 5000\r\n\r\n--x\r\n".encode("latin-1"))
         time.sleep(1)  # The request is being read when the client goes away.
     time.sleep(2)
@@ -315,6 +315,8 @@ def test_bad_flags_are_one_line_and_exit_2(ui_inputs):
                          (["--input_dir", ui_inputs["job"], "--table", "Bad-Name"], "--table"),
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "0"], "--upload_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "inf"], "--upload_timeout must be"),
+                         (["--input_dir", ui_inputs["job"], "--upload_read_timeout", "-1"],
+                          "--upload_read_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--model_dir", ui_inputs["export"]], "--predictions_dir")]:
         result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)  # The CLI.
         assert result.returncode == 2 and words in result.stderr, result.stderr

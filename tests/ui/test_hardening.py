@@ -1,0 +1,236 @@
+"""The UI hardened (issue 42, item 4).
+
+The protocol tests (HEAD, Host, the Content-Security-Policy, uploads that stall or trickle) speak HTTP, often
+over a raw socket, to the session's real server process (`ui_server`). The page tests render every page of a
+run whose labels, sources and failures hold bidi-override and zero-width characters, through the UI's real
+start-up (`startup.load_state`) and app, in this process (Starlette's TestClient): seconds, where another
+server process would cost its start-up. Marked slow: they build on the session's `ui_inputs` (job, export,
+predict into PostgreSQL, quality).
+"""
+
+import re
+import socket
+import time
+
+import httpx
+import pytest
+
+import imaging
+from conftest import UI_UPLOAD_READ_TIMEOUT, UI_UPLOAD_TIMEOUT
+
+pytestmark = pytest.mark.slow
+
+# Characters a reader does not see, or that reorder what follows: bidi embeddings and overrides (U+202A-202E),
+# isolates (U+2066-2069), zero-width space / non-joiner / joiner, marks (U+200B-200F), word joiner, BOM.
+INVISIBLE = [*map(chr, range(0x202A, 0x202F)), *map(chr, range(0x2066, 0x206A)), *map(chr, range(0x200B, 0x2010)),
+             "\u2060", "\ufeff"]
+
+
+def raw_exchange(url, request):
+    """The raw bytes a request (as written, over a socket of its own) gets back, until the server closes."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request.encode("latin-1"))
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def status_of(answer):
+    return int(answer.split(b" ", 2)[1])
+
+
+def port_of(url):
+    return int(url.rsplit(":", 1)[1])
+
+
+# ------------------------------------------------------------------------------------------------- protocol
+def test_head_is_answered_like_get_without_a_body(ui_server):
+    url, _ = ui_server
+    key = re.search(r"/item/([0-9a-f]+)", httpx.get(url + "/gallery").text).group(1)
+    for path, kind in (("/", "text/html"), ("/gallery?label=cat", "text/html"), (f"/image/{key}", "image/png"),
+                       ("/static/ui.css", "text/css")):
+        got = httpx.get(url + path, timeout=30)
+        answer = raw_exchange(url, f"HEAD {path} HTTP/1.1\r\nHost: 127.0.0.1:{port_of(url)}\r\n"
+                                   "Connection: close\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert status_of(answer) == 200, answer[:300]
+        assert body == b"", (path, body[:100])  # The headers only.
+        headers = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])
+        assert headers[b"content-type"].decode().startswith(kind)
+        assert int(headers[b"content-length"]) == len(got.content), path  # GET's length, as HTTP says.
+    missing = raw_exchange(url, f"HEAD /item/0123456789abcdef HTTP/1.1\r\nHost: 127.0.0.1:{port_of(url)}\r\n"
+                                "Connection: close\r\n\r\n")
+    assert status_of(missing) == 404 and missing.partition(b"\r\n\r\n")[2] == b""
+
+
+def test_a_host_that_is_not_this_servers_loopback_address_is_refused(ui_server):
+    """DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 still sends its own Host."""
+    url, _ = ui_server
+    port = port_of(url)
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"LOCALHOST:{port}", f"[::1]:{port}"):
+        answer = raw_exchange(url, f"GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+        assert status_of(answer) == 200, (host, answer[:300])
+    for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", f"127.0.0.1:{port + 1}",
+                 "127.0.0.1", f"localhost.:{port}", f"10.0.0.1:{port}"):
+        answer = raw_exchange(url, f"GET /gallery HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+        assert status_of(answer) == 400, (host, answer[:300])
+        assert b"is not this UI&#39;s address" in answer and b"/item/" not in answer, answer[-500:]
+    no_host = raw_exchange(url, "GET / HTTP/1.0\r\n\r\n")
+    assert status_of(no_host) == 400 and b"/gallery?split" not in no_host
+
+
+def test_every_page_forbids_inline_script_and_has_none(ui_server):
+    url, _ = ui_server
+    key = re.search(r"/item/([0-9a-f]+)", httpx.get(url + "/gallery").text).group(1)
+    for path in ("/", "/gallery", f"/item/{key}", "/failures", "/search", f"/search?key={key}", "/quality",
+                 "/nosuch", f"/image/{key}"):
+        response = httpx.get(url + path, timeout=30)
+        policy = dict(part.strip().split(" ", 1) for part in response.headers["content-security-policy"].split(";"))
+        assert policy["script-src"] == "'self'" and policy["style-src"] == "'self'", policy  # No 'unsafe-inline'.
+        assert policy["default-src"] == "'none'" and policy["frame-ancestors"] == "'none'"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        if response.headers["content-type"].startswith("text/html"):
+            # What the policy would block: the pages must not need it.
+            assert not re.search(r"<script|<style|\sstyle=|\son[a-z]+=|javascript:", response.text), path
+            assert '<link rel="stylesheet" href="/static/ui.css">' in response.text
+    css = httpx.get(url + "/static/ui.css", timeout=30)
+    assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and "nav {" in css.text
+
+
+def _read_answer(sock):
+    """The head of the server's answer on `sock` (read until the blank line, or until it closes)."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    return answer
+
+
+UPLOAD_HEAD = ("POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+               "Content-Length: 5000\r\n\r\n--x\r\nContent-Disposition: form-data; name=\"image\"; "
+               "filename=\"a.jpg\"\r\n\r\n\xff\xd8\xff")
+
+
+def test_an_upload_that_stops_sending_is_cut_off_by_the_read_timeout(ui_server):
+    url, _ = ui_server
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=UI_UPLOAD_TIMEOUT * 4) as stalled:
+        stalled.sendall(UPLOAD_HEAD.format(host=f"{host}:{port}").encode("latin-1"))  # Then nothing more.
+        answer = _read_answer(stalled)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+        assert b"connection: close" in answer.lower()
+        rest = b""
+        while chunk := stalled.recv(65536):  # The server closes the connection: its worker is free.
+            rest += chunk
+    assert f"sent nothing for {UI_UPLOAD_READ_TIMEOUT:g} s (--upload_read_timeout)".encode() in answer + rest
+    assert httpx.get(url + "/", timeout=30).status_code == 200
+
+
+def test_an_upload_that_trickles_is_cut_off_by_the_total_timeout(ui_server):
+    """A byte every half second never trips the read timeout; the whole body's deadline still ends it."""
+    url, _ = ui_server
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=UI_UPLOAD_TIMEOUT * 4) as trickle:
+        trickle.sendall(UPLOAD_HEAD.format(host=f"{host}:{port}").encode("latin-1"))
+        trickle.setblocking(False)
+        answer = b""
+        for _ in range(int(UI_UPLOAD_TIMEOUT * 2 * 4)):  # Twice the deadline, at most: then it is never cut off.
+            try:
+                trickle.sendall(b"\0")
+            except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+                break
+            time.sleep(UI_UPLOAD_READ_TIMEOUT / 4)
+            try:
+                answer += trickle.recv(65536)
+            except BlockingIOError:
+                continue
+            if b"\r\n\r\n" in answer:
+                break
+        trickle.setblocking(True)
+        answer += b"".join(iter(lambda: trickle.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
+    assert f"did not arrive within {UI_UPLOAD_TIMEOUT:g} s (--upload_timeout)".encode() in answer, answer[-600:]
+    assert httpx.get(url + "/", timeout=30).status_code == 200
+
+
+# --------------------------------------------------------------------------------------- pages, in-process
+def ui_client(*flags):
+    """(TestClient over the UI's real start-up and app for `flags`, Resources to close)."""
+    from starlette.testclient import TestClient
+
+    from beam_pipeline.ui import cli
+    from beam_pipeline.ui.app import create_app
+    from beam_pipeline.ui.startup import load_state
+
+    args = cli.build_parser().parse_args([str(flag) for flag in flags])
+    state, resources = load_state(args, cli.database_choice(args))
+    return TestClient(create_app(state), base_url="http://127.0.0.1:8080"), resources
+
+
+HOSTILE_LABELS = ["\u202eesrever", "zero\u200bwidth", "\u2066iso\u2069", "\ufeffbom"]
+
+
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    """A job output (and its quality folder) whose labels, sources and failures hold invisible characters:
+    (job folder, quality folder, the CSV rows)."""
+    from beam_pipeline.preprocess import cli as job
+    from beam_pipeline.quality import cli as quality
+
+    folder = tmp_path_factory.mktemp("hostile")
+    rows = []
+    for i, label in enumerate(HOSTILE_LABELS):
+        name = f"im\u202e{i}\u200b.png"
+        image = imaging.quadrants(24, 24)
+        image[..., i % 3] = 60 * i
+        (folder / name).write_bytes(imaging.encode(image, "PNG"))
+        rows.append([name, label, "train"])
+    rows.append([rows[0][0], HOSTILE_LABELS[1], "validation"])  # A leak and a label conflict: the quality page.
+    rows.append(["miss\u2067ing\u200d.jpg", HOSTILE_LABELS[2], "train"])  # A failure whose source is hostile.
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)
+    assert job.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(folder / "job"), "--image_size",
+                    "16", "--image_format", "png", "--max_error_rate", "0.5", "--no_progress",
+                    "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]) == 0
+    assert quality.run(["--input_dir", str(folder / "job"), "--output_dir", str(folder / "quality"),
+                        "--blur_variance", "100000", "--no_progress", "--direct_num_workers", "1",
+                        "--direct_running_mode", "in_memory"]) == 0
+    return folder / "job", folder / "quality", rows
+
+
+def shown_text(html):
+    """What a page shows: its HTML without a form option's value (which must stay the stored label to filter)."""
+    return re.sub(r'<option value="[^"]*"', "<option", html)
+
+
+def test_invisible_characters_are_shown_escaped_on_every_page(hostile_run):
+    job, quality, _ = hostile_run
+    client, resources = ui_client("--input_dir", job, "--quality_dir", quality)
+    try:
+        gallery = client.get("/gallery")
+        keys = re.findall(r'href="/item/([0-9a-f]+)"', gallery.text)
+        pages = {"/": None, "/gallery": None, "/failures": None, "/quality": None,
+                 **{f"/item/{key}": None for key in keys},
+                 "/gallery?label=" + HOSTILE_LABELS[0]: None, "/item/\u202enosuch": 404, "/search": 404}
+        for path, status in pages.items():
+            response = client.get(path)
+            assert response.status_code == (status or 200), (path, response.text[-300:])
+            text = shown_text(response.text)
+            assert not [c for c in INVISIBLE if c in text], (path, [f"{ord(c):x}" for c in INVISIBLE if c in text])
+        assert len(keys) == 5
+        shown = {path: client.get(path).text for path in ("/", "/gallery", "/failures", "/quality")}
+        for label in HOSTILE_LABELS:
+            escaped = label.encode("ascii", "backslashreplace").decode()  # As terminal.escaped writes it.
+            assert escaped in shown["/gallery"] and escaped in shown["/"], escaped  # Tiles; the chart.
+        assert "miss\\u2067ing\\u200d.jpg" in shown["/failures"]
+        assert "\\u202eesrever" in shown["/quality"] and "zero\\u200bwidth" in shown["/quality"]
+        item = client.get(f"/item/{keys[0]}").text
+        assert re.search(r"im\\u202e\d\\u200b\.png", item), item  # The source.
+        # A filter by a hostile label still finds its images: the option's value is the stored label.
+        assert f'<option value="{HOSTILE_LABELS[0]}"' in gallery.text
+        assert "1 images" in client.get("/gallery", params={"label": HOSTILE_LABELS[0]}).text
+    finally:
+        resources.close()
