@@ -92,7 +92,8 @@ def database_choice(args) -> str | None:
 
 
 def run(argv: list[str] | None = None, prog: str = PROG) -> int:
-    """Starts the UI and serves until interrupted; returns the exit code (1 cannot start, 2 bad flags)."""
+    """Starts the UI and serves until interrupted; returns the exit code (1 cannot start, 2 bad flags or run
+    folders that do not fit together)."""
     args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     refusal = _refusal(args)
     if refusal:
@@ -101,13 +102,16 @@ def run(argv: list[str] | None = None, prog: str = PROG) -> int:
     from beam_pipeline import database
     from beam_pipeline.common.query_embedding import ExportError
     from beam_pipeline.common.redact import redact
-    from beam_pipeline.ui.startup import StartupError, load_state
+    from beam_pipeline.ui.startup import RunRefused, StartupError, load_state
 
     if args.host != LOOPBACK and args.host not in ("localhost", "::1"):
         print(f"warning: --host {args.host} serves this UI, unauthenticated, to every machine that can reach "
               "this address: every image of the run can be seen and searched", file=sys.stderr)
     try:
         state, resources = load_state(args, database_choice(args))
+    except RunRefused as error:  # The folders given do not fit together: bad input, like a bad flag.
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 2
     except (StartupError, database.DatabaseError, ExportError, FileNotFoundError, OSError, ValueError) as error:
         print(redact(f"error: {error}"), file=sys.stderr)
         return 1

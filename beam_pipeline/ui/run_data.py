@@ -88,6 +88,7 @@ class PredictRun:
             raise ValueError(f"{self.layout.manifest_file} is damaged (no dataset record): rerun the predict job "
                              "to rewrite it")
         self.dataset_id = dataset.get("id")
+        self.source = dataset.get("source")  # The folder (or CSV) its predictions were made from, for messages.
         self.table = (database or {}).get("table")
         self.top_k: dict[str, TopK] = {}
         for path in sorted(glob.glob(self.layout.shard_files_glob())):

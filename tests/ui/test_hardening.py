@@ -8,7 +8,11 @@ server process would cost its start-up. Marked slow: they build on the session's
 predict into PostgreSQL, quality).
 """
 
+import glob
+import json
+import pathlib
 import re
+import shutil
 import socket
 import time
 
@@ -16,7 +20,10 @@ import httpx
 import pytest
 
 import imaging
+import in_process
+import scaleout
 from conftest import UI_UPLOAD_READ_TIMEOUT, UI_UPLOAD_TIMEOUT
+from tf_serving_input.layout import PredictionLayout
 
 pytestmark = pytest.mark.slow
 
@@ -234,3 +241,50 @@ def test_invisible_characters_are_shown_escaped_on_every_page(hostile_run):
         assert "1 images" in client.get("/gallery", params={"label": HOSTILE_LABELS[0]}).text
     finally:
         resources.close()
+
+
+# ---------------------------------------------------------------------------------- run folders that fit
+def refused(*flags):
+    """The UI's start-up with `flags` (in this process): it must refuse with one line, exit 2; that line."""
+    result = in_process.ui_start(*flags, "--port", scaleout.free_port())
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    return lines[0]
+
+
+def test_predictions_that_name_no_input_are_refused(ui_inputs, tmp_path):
+    predictions = tmp_path / "predictions"
+    shutil.copytree(ui_inputs["predictions"], predictions)
+    manifest = json.loads((predictions / "manifest.json").read_text())
+    for dataset in ({}, {"id": ""}, {"id": 7}):
+        manifest["dataset"] = dataset
+        (predictions / "manifest.json").write_text(json.dumps(manifest))
+        line = refused("--input_dir", ui_inputs["job"], "--predictions_dir", predictions)
+        assert str(predictions) in line and "names no dataset id" in line
+
+
+@pytest.mark.parametrize("where", ["errors.jsonl", "shard", "predictions", "quality"])
+def test_a_link_that_leads_out_of_a_run_folder_is_not_followed(ui_inputs, tmp_path, where):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    job, predictions, quality = (tmp_path / name for name in ("job", "predictions", "quality"))
+    for name, copy in (("job", job), ("predictions", predictions), ("quality", quality)):
+        shutil.copytree(ui_inputs[name], copy)
+    if where == "errors.jsonl":
+        link = job / "errors.jsonl"
+    elif where == "shard":
+        manifest = json.loads((job / "manifest.json").read_text())
+        link = job / manifest["shards"][0]["file"]
+    elif where == "predictions":
+        link = pathlib.Path(sorted(glob.glob(PredictionLayout(str(predictions)).shard_files_glob()))[0])
+    else:
+        link = quality / "summary.json"
+    target = outside / link.name
+    shutil.copyfile(link, target)  # The same bytes: only where they lie is wrong.
+    link.unlink()
+    link.symlink_to(target)
+    flags = ["--input_dir", job]
+    flags += {"predictions": ["--predictions_dir", predictions], "quality": ["--quality_dir", quality]}.get(where, [])
+    line = refused(*flags)
+    assert link.name in line and "leads outside the folder" in line and str(target) in line, line

@@ -423,10 +423,12 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
     assert job.run(["--input_csv", str(csv_path), "--output_dir", str(other), "--image_size", str(ui_run.SIZE),
                     "--max_error_rate", "0.5", "--no_progress", "--direct_num_workers", "1",
                     "--direct_running_mode", "in_memory"]) == 0
-    for flag, folder, words in [("--predictions_dir", ui_inputs["predictions"], "holds predictions of another job"),
+    for flag, folder, words in [("--predictions_dir", ui_inputs["predictions"],
+                                 f"holds predictions of {ui_inputs['job']}"),
                                 ("--quality_dir", ui_inputs["quality"], "of another job output")]:
         result = in_process.ui_start("--input_dir", other, flag, folder, "--port", scaleout.free_port())
-        assert result.returncode == 1 and words in result.stderr, result.stderr[-2000:]
+        # Folders that do not fit together are bad input, like a bad flag: exit 2.
+        assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
         assert len(result.stderr.strip().splitlines()) == 1 and str(other) in result.stderr, result.stderr[-2000:]
     quality = tmp_path / "quality"
     import shutil
@@ -440,7 +442,7 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
             (quality / "run.json").write_text(damage)
         result = in_process.ui_start("--input_dir", ui_inputs["job"], "--quality_dir", quality,
                                      "--port", scaleout.free_port())
-        assert result.returncode == 1 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
+        assert result.returncode == 2 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
     predictions = tmp_path / "predictions"
     shutil.copytree(ui_inputs["predictions"], predictions)
     (predictions / "manifest.json").write_text("[]")
