@@ -60,13 +60,33 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
         url, resources.server = database.resolve(database_value, args.database_dir)
         table = _table(args, state.predict, url)
         resources.pool = database.open_pool(url, max_size=POOL_SIZE)
+        datasets = _datasets(resources.pool, table)
+        dataset = state.predict.dataset_id if state.predict else None
+        if dataset is not None and datasets and dataset not in datasets:
+            raise RunRefused(f"table {table} holds no rows of --predictions_dir {args.predictions_dir} (its "
+                             f"dataset {dataset}; the table holds {', '.join(sorted(datasets))}): name its table "
+                             "with --table, or load it with the predict job's --load_only")
         embedder = _embedder(args.model_dir, resources.pool, table) if args.model_dir else None
     except BaseException:
         resources.close()
         raise
-    dataset = state.predict.dataset_id if state.predict else None
-    state.search = NeighbourSearch(resources.pool, table, dataset, embedder, job.index.config.max_pixels)
+    from beam_pipeline.common.job_shards import job_dataset_id
+
+    state.search = NeighbourSearch(resources.pool, table, dataset, embedder, job.index.config.max_pixels, datasets,
+                                   job_dataset_id(job.manifest))
     return state, resources
+
+
+def _datasets(pool: Any, table: str) -> dict[str, str]:
+    """{dataset id: source} of what `table` holds (`beam_image_pipeline_datasets`); empty for a table from before
+    that record."""
+    import psycopg
+
+    with pool.connection() as connection:
+        try:
+            return dict(database.datasets_in(connection, table))
+        except psycopg.errors.UndefinedTable:
+            return {}
 
 
 def check_no_link_leads_out(args: Any) -> None:

@@ -1,11 +1,11 @@
-"""The UI hardened (issue 42, item 4).
+"""The UI hardened (issue 42, item 4) and search results that name their dataset (item 5).
 
 The protocol tests (HEAD, Host, the Content-Security-Policy, uploads that stall or trickle) speak HTTP, often
 over a raw socket, to the session's real server process (`ui_server`). The page tests render every page of a
-run whose labels, sources and failures hold bidi-override and zero-width characters, through the UI's real
-start-up (`startup.load_state`) and app, in this process (Starlette's TestClient): seconds, where another
-server process would cost its start-up. Marked slow: they build on the session's `ui_inputs` (job, export,
-predict into PostgreSQL, quality).
+run whose labels, sources and failures hold bidi-override and zero-width characters, and of a table holding two
+datasets, through the UI's real start-up (`startup.load_state`) and app, in this process (Starlette's
+TestClient): seconds, where another server process would cost its start-up. Marked slow: they build on the
+session's `ui_inputs` (job, export, predict into PostgreSQL, quality).
 """
 
 import glob
@@ -288,3 +288,83 @@ def test_a_link_that_leads_out_of_a_run_folder_is_not_followed(ui_inputs, tmp_pa
     flags += {"predictions": ["--predictions_dir", predictions], "quality": ["--quality_dir", quality]}.get(where, [])
     line = refused(*flags)
     assert link.name in line and "leads outside the folder" in line and str(target) in line, line
+
+
+# --------------------------------------------------------------------------------- item 5: which dataset
+OTHER_SOURCE = "/runs/other\u202ejob"
+OTHER_LABEL = "\u202eother"
+
+
+@pytest.fixture(scope="module")
+def two_datasets(ui_inputs):
+    """Table ui_two: the UI run's predictions (its own dataset) and the same embeddings again as another
+    dataset (other keys, OTHER_LABEL, from OTHER_SOURCE), loaded the predict job's way (`prepare_table`
+    with append, `upsert_table`); table ui_other_only: that other dataset alone. Returns the other dataset's id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from beam_pipeline import database
+    from beam_pipeline.common.embeddings import of_bit_width
+
+    predictions = json.loads(open(f"{ui_inputs['predictions']}/manifest.json").read())
+    own = predictions["dataset"]
+    shards = sorted(glob.glob(PredictionLayout(ui_inputs["predictions"]).shard_files_glob()))
+    rows = pa.concat_tables(pq.read_table(path) for path in shards)
+    other = dict(own, id="0123456789abcdef", source=OTHER_SOURCE)
+    copies = rows.set_column(rows.schema.get_field_index("key"), "key",
+                             pa.array([key[::-1] for key in rows.column("key").to_pylist()]))
+    copies = copies.set_column(copies.schema.get_field_index("label"), "label",
+                               pa.array([OTHER_LABEL] * copies.num_rows))
+    size = rows.schema.field("embedding").type.list_size
+    dtype = of_bit_width(rows.schema.field("embedding").type.value_type.bit_width).name
+    url = ui_inputs["database"]
+    for table, datasets in (("ui_two", [(own, rows), (other, copies)]), ("ui_other_only", [(other, copies)])):
+        for i, (dataset, data) in enumerate(datasets):
+            database.prepare_table(url, table, size, dtype, dataset, append=i > 0)
+            with database.connect(url) as connection:
+                database.upsert_table(connection, table, dataset["id"], data)
+                connection.commit()
+    return other["id"]
+
+
+def test_search_results_name_their_dataset_when_the_table_holds_several(ui_inputs, two_datasets):
+    own_id = json.loads(open(f"{ui_inputs['predictions']}/manifest.json").read())["dataset"]["id"]
+    client, resources = ui_client("--input_dir", ui_inputs["job"], "--database", ui_inputs["database"],
+                                  "--table", "ui_two")
+    try:
+        stored = re.search(r"/item/([0-9a-f]+)", client.get("/gallery").text).group(1)
+        page = client.get("/search", params={"key": stored, "k": 6})
+        assert page.status_code == 200, page.text[-500:]
+        named = re.findall(r'<div class="dataset">([^<]*)</div>', page.text)
+        # Its copy in the other dataset (distance 0) and this run's neighbours, each named by source and id.
+        assert len(named) == 6 and f"/runs/other\\u202ejob ({two_datasets})" in named, named
+        assert f"{ui_inputs['job']} ({own_id})" in named
+        assert stored[::-1] in page.text and "\\u202eother" in page.text  # The other's key, its label escaped.
+        assert not [c for c in INVISIBLE if c in shown_text(page.text)]
+        assert "holds 2 datasets; searched: all of them" in page.text
+        item = client.get(f"/item/{stored}")
+        assert item.status_code == 200 and f"/runs/other\\u202ejob ({two_datasets})" in item.text
+    finally:
+        resources.close()
+    client, resources = ui_client("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
+                                  "--database", ui_inputs["database"], "--table", "ui_two")
+    try:
+        page = client.get("/search", params={"key": stored, "k": 6})
+        named = re.findall(r'<div class="dataset">([^<]*)</div>', page.text)
+        assert named == [f"{ui_inputs['job']} ({own_id})"] * 6, named  # Kept to --predictions_dir's dataset.
+        assert f"searched: {ui_inputs['job']} ({own_id})" in page.text
+    finally:
+        resources.close()
+
+
+def test_a_table_without_the_predictions_dataset_is_refused(ui_inputs, two_datasets):
+    line = refused("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"], "--database",
+                   ui_inputs["database"], "--table", "ui_other_only")
+    assert "table ui_other_only holds no rows of --predictions_dir" in line and two_datasets in line
+
+
+def test_search_page_of_a_table_with_one_dataset_names_none(ui_server):
+    url, _ = ui_server
+    key = re.search(r"/item/([0-9a-f]+)", httpx.get(url + "/gallery").text).group(1)
+    page = httpx.get(url + "/search", params={"key": key}, timeout=30).text
+    assert '<div class="dataset">' not in page and 'id="datasets"' not in page and page.count('class="tile"') == 8
