@@ -128,7 +128,8 @@ def ui_inputs(tmp_path_factory, pg_url):
     return run
 
 
-UI_UPLOAD_TIMEOUT = 8  # Seconds the shared UI waits for an upload's body (the default is 60).
+UI_UPLOAD_TIMEOUT = 4  # Seconds the shared UI waits for an upload's body (the default is 60).
+UI_UPLOAD_READ_TIMEOUT = 2  # Seconds it waits for the next piece of one (the default is 10).
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +144,8 @@ def ui_server(ui_inputs, tmp_path_factory):
     process, url = ui_run.start_ui("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
                                    "--model_dir", ui_inputs["export"], "--database", ui_inputs["database"],
                                    "--quality_dir", ui_inputs["quality"], "--max_file_bytes", 1_000_000,
-                                   "--upload_timeout", UI_UPLOAD_TIMEOUT, log_path=log)
+                                   "--upload_timeout", UI_UPLOAD_TIMEOUT, "--upload_read_timeout",
+                                   UI_UPLOAD_READ_TIMEOUT, log_path=log)
     try:
         yield url, log
     finally:

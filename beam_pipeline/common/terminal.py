@@ -35,6 +35,12 @@ def _safe(character: str) -> str:
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+def escaped(text: str) -> str:
+    """Stored text with every character a reader would not see as itself `_safe`, whole (no width): what the
+    UI's pages show (`ui/visible.py`), the same escapes a terminal gets."""
+    return text if text.isprintable() else "".join(map(_safe, text))
+
+
 def shown(text: str | None, width: int = LABEL_WIDTH) -> str:
     """Stored text as one safe terminal cell: each character `_safe`, cut to at most `width` characters with
     '...', never inside an escape."""

@@ -12,6 +12,7 @@ import sys
 from beam_pipeline.common import flags, terminal
 
 PROG = "beam-image-pipeline search"
+DATASET_WIDTH = 40  # A dataset's source (its job folder) in a row of the text answer.
 
 
 def build_parser(prog=PROG):
@@ -196,7 +197,7 @@ def _search(args, url, query):
         neighbours = database.nearest(connection, table, vector, args.k, exact=args.exact, dataset_id=args.dataset,
                                       ef_search=args.ef_search, split=args.split, label=args.label,
                                       with_dataset=True)
-        several_datasets = len(database.datasets_in(connection, table)) > 1
+        datasets = dict(database.datasets_in(connection, table))  # {id: source}: what names each dataset.
     if args.contact_sheet:
         from beam_pipeline.common.contact_sheet import render_contact_sheet
 
@@ -208,30 +209,34 @@ def _search(args, url, query):
         except (OSError, ValueError) as error:
             raise SearchError(f"--contact_sheet {args.contact_sheet} could not be written: {error}") from None
     if args.format == "json":
-        terminal.print_json(_as_json(args, table, neighbours))
+        terminal.print_json(_as_json(args, table, neighbours, datasets))
         return 0
-    terminal.result(format_neighbours(args, table, neighbours, several_datasets))
+    terminal.result(format_neighbours(args, table, neighbours, datasets if len(datasets) > 1 else None))
     if args.contact_sheet:
         terminal.result(f"contact sheet: {terminal.shown(args.contact_sheet, terminal.PATH_WIDTH)}")
     return 0
 
 
-def format_neighbours(args, table, neighbours, several_datasets):
-    """The neighbours as a table for a terminal: a dataset column when the table holds several datasets;
-    stored text escaped and cut (`terminal.shown`)."""
+def format_neighbours(args, table, neighbours, datasets=None):
+    """The neighbours as a table for a terminal: stored text escaped and cut (`terminal.shown`).
+
+    `datasets` ({id: source}, given when the table holds several): each row names its dataset, by its id and
+    the folder (or CSV) it was made from.
+    """
     asked = (("split", args.split), ("label", args.label), ("dataset", args.dataset))
     filters = ", ".join(f"{name} {terminal.shown(value)!r}" for name, value in asked if value is not None)
     query = terminal.shown(args.key or args.image, terminal.PATH_WIDTH)
     lines = [f"{len(neighbours)} nearest to {query} in {table}{f' ({filters})' if filters else ''} "
              "(cosine distance):"]
     for rank, (key, source, _, label, dataset, distance) in enumerate(neighbours, start=1):
-        column = f"{terminal.shown(dataset, 16):<16}  " if several_datasets else ""
+        named = terminal.shown(datasets.get(dataset), DATASET_WIDTH) if datasets else ""
+        column = f"{terminal.shown(dataset, 16):<16} {named:<{DATASET_WIDTH}}  " if datasets else ""
         lines.append(f"{rank:3d}  {distance:.4f}  {column}{key}  {terminal.shown(label) or '-':<12} "
                      f"{terminal.shown(source, terminal.PATH_WIDTH)}")
     return "\n".join(lines)
 
 
-def _as_json(args, table, neighbours):
+def _as_json(args, table, neighbours, datasets):
     """The search's answer for programs: what was asked, and the neighbours nearest first."""
     from beam_pipeline import database
 
@@ -241,7 +246,7 @@ def _as_json(args, table, neighbours):
         "filters": {"split": args.split, "label": args.label, "dataset": args.dataset},
         "ef_search": None if args.exact else database.ef_search_for(args.k, args.ef_search), "exact": args.exact,
         "neighbours": [{"rank": rank, "key": key, "source": source, "path": path, "label": label,
-                        "dataset": dataset, "distance": float(distance)}
+                        "dataset": dataset, "dataset_source": datasets.get(dataset), "distance": float(distance)}
                        for rank, (key, source, path, label, dataset, distance) in enumerate(neighbours, start=1)]}
 
 

@@ -23,7 +23,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from beam_pipeline.ui import visible
 from beam_pipeline.ui.chart import bar_chart
+from beam_pipeline.ui.guard import AllowedHosts, Guard
 from beam_pipeline.ui.neighbours import NeighbourSearch
 from beam_pipeline.ui.quality import QualityRun
 from beam_pipeline.ui.run_data import JobRun, PredictRun
@@ -44,6 +46,10 @@ UPLOAD_STATUS = {failures.TOO_LARGE_FILE: 413, failures.NOT_AN_IMAGE: 415, failu
                  failures.EMPTY_FILE: 400}
 TEMPLATES = Jinja2Templates(directory=os.path.join(os.path.dirname(__file__), "templates"))
 TEMPLATES.env.globals["zip"] = zip
+visible.install(TEMPLATES.env)  # Every {{ value }} of every page: invisible characters shown escaped.
+# The pages' one stylesheet, read once (the Content-Security-Policy allows no inline style); no path from a request.
+with open(os.path.join(os.path.dirname(__file__), "static", "ui.css"), "rb") as _css:
+    STYLESHEET = _css.read()
 
 
 def flag_text(flags: Any) -> str:
@@ -64,6 +70,7 @@ class UiState:
     quality: QualityRun | None = None
     max_file_bytes: int = 256 * 1024 * 1024
     upload_timeout: float = 60.0  # Seconds an upload's body may take, at least (see UPLOAD_MIN_RATE).
+    upload_read_timeout: float = 10.0  # Seconds an upload may send nothing before it is cut off.
 
     @property
     def can_upload(self) -> bool:
@@ -85,8 +92,9 @@ def text_field(form: Any, name: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def create_app(state: UiState) -> FastAPI:
-    """The FastAPI app over `state` (no docs pages: they would load their assets from a CDN)."""
+def create_app(state: UiState, hosts: AllowedHosts | None = None) -> FastAPI:
+    """The FastAPI app over `state` (no docs pages: they would load their assets from a CDN), answering only
+    requests whose `Host` is one of `hosts` (default: the loopback names, any port; `guard.allowed_hosts`)."""
     app = FastAPI(title="beam-image-pipeline", docs_url=None, redoc_url=None, openapi_url=None)
 
     def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
@@ -136,6 +144,15 @@ def create_app(state: UiState) -> FastAPI:
         if entry is None:
             refuse(404, f"no stored image has the key {key[:MAX_KEY_LENGTH]!r}")
         return entry
+
+    def refusal_page(scope: Any, status: int, message: str) -> HTMLResponse:
+        return page(Request(scope), "error.html", status, status=status, message=message)
+
+    app.add_middleware(Guard, hosts=hosts or AllowedHosts(), refusal=refusal_page)
+
+    @app.get("/static/ui.css")
+    def stylesheet() -> Response:
+        return Response(STYLESHEET, media_type="text/css", headers={"Cache-Control": "max-age=3600"})
 
     @app.get("/", response_class=HTMLResponse)
     def overview(request: Request) -> HTMLResponse:
@@ -245,10 +262,26 @@ def create_app(state: UiState) -> FastAPI:
         if int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed (64 KiB for the form's framing).
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
         # A client that declares a body and stops sending would hold its connection and this task forever.
+        # Two limits: the whole body within `deadline` (a trickle of a byte a second is cut off too), and
+        # no wait of more than --upload_read_timeout for the next piece (a stall is cut off sooner).
         deadline = max(state.upload_timeout, int(declared) / UPLOAD_MIN_RATE)
+        receive, clock = request.receive, asyncio.get_running_loop().time
+        last_piece = [clock()]
+
+        async def receive_in_time() -> Any:
+            message = await asyncio.wait_for(receive(), state.upload_read_timeout)
+            last_piece[0] = clock()
+            return message
+
         try:
-            form = await asyncio.wait_for(request.form(max_files=1, max_fields=8), deadline)
+            form = await asyncio.wait_for(Request(request.scope, receive_in_time).form(max_files=1, max_fields=8),
+                                          deadline)
         except TimeoutError:
+            # Told apart by the silence itself, not by which timer fired first (both are due at once when the
+            # loop was busy).
+            if clock() - last_piece[0] >= state.upload_read_timeout:
+                refuse(408, f"the upload sent nothing for {state.upload_read_timeout:g} s (--upload_read_timeout): "
+                            "send it again", close=True)
             refuse(408, f"the upload did not arrive within {deadline:g} s (--upload_timeout): send it again",
                    close=True)
         except ClientDisconnect:  # The client went away mid-upload: nobody to answer, nothing to log.

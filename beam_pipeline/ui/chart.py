@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape
 
+from beam_pipeline.common.terminal import escaped
+
 BAR_HEIGHT = 22
 LABEL_WIDTH = 160
 BAR_WIDTH = 360
 
 
 def bar_chart(counts: dict[str, int], title: str) -> str:
-    """An <svg> of one bar per (name, count), largest first; names escaped (they come from the CSV)."""
+    """An <svg> of one bar per (name, count), largest first; names escaped for XML and their invisible characters
+    shown (`terminal.escaped`: they come from the CSV)."""
     items = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     top = max((count for _, count in items), default=0) or 1
     height = BAR_HEIGHT * len(items) + 8
     width = LABEL_WIDTH + BAR_WIDTH + 60
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" class="chart"><title>{escape(title)}</title>']
-    for row, (name, count) in enumerate(items):
+    for row, (stored, count) in enumerate(items):
+        name = escaped(stored)  # Bidi and zero-width characters shown as their escapes, as on every page.
         y = 4 + row * BAR_HEIGHT
         length = max(1, round(BAR_WIDTH * count / top))
         shown = escape(name if len(name) <= 24 else name[:23] + "…") or "(unlabeled)"

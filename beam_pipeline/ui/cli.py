@@ -48,6 +48,9 @@ def build_parser(prog: str = PROG):
     parser.add_argument("--upload_timeout", type=float, default=60.0,
                         help="Seconds an upload's body may take to arrive (longer for large ones: at least 256 KiB/s); "
                              "a stalled upload is answered 408 and its connection closed.")
+    parser.add_argument("--upload_read_timeout", type=float, default=10.0,
+                        help="Seconds an upload may send nothing before it is answered 408 and its connection "
+                             "closed (a trickle that keeps sending is cut off by --upload_timeout).")
     flags.add_verbose_flag(parser)
     return parser
 
@@ -62,8 +65,9 @@ def _refusal(args) -> str | None:
             return f"--{flag} {value} is not a folder"
     if not 0 <= args.port <= 65535:
         return f"--port must be from 0 to 65535, not {args.port}"
-    if not 0 < args.upload_timeout < math.inf:
-        return f"--upload_timeout must be a number of seconds more than 0, not {args.upload_timeout}"
+    for flag in ("upload_timeout", "upload_read_timeout"):
+        if not 0 < getattr(args, flag) < math.inf:
+            return f"--{flag} must be a number of seconds more than 0, not {getattr(args, flag)}"
     if args.max_file_bytes < 1:
         return f"--max_file_bytes must be at least 1, not {args.max_file_bytes}"
     if args.database is not None:
@@ -88,7 +92,8 @@ def database_choice(args) -> str | None:
 
 
 def run(argv: list[str] | None = None, prog: str = PROG) -> int:
-    """Starts the UI and serves until interrupted; returns the exit code (1 cannot start, 2 bad flags)."""
+    """Starts the UI and serves until interrupted; returns the exit code (1 cannot start, 2 bad flags or run
+    folders that do not fit together)."""
     args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     refusal = _refusal(args)
     if refusal:
@@ -97,13 +102,16 @@ def run(argv: list[str] | None = None, prog: str = PROG) -> int:
     from beam_pipeline import database
     from beam_pipeline.common.query_embedding import ExportError
     from beam_pipeline.common.redact import redact
-    from beam_pipeline.ui.startup import StartupError, load_state
+    from beam_pipeline.ui.startup import RunRefused, StartupError, load_state
 
     if args.host != LOOPBACK and args.host not in ("localhost", "::1"):
         print(f"warning: --host {args.host} serves this UI, unauthenticated, to every machine that can reach "
               "this address: every image of the run can be seen and searched", file=sys.stderr)
     try:
         state, resources = load_state(args, database_choice(args))
+    except RunRefused as error:  # The folders given do not fit together: bad input, like a bad flag.
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 2
     except (StartupError, database.DatabaseError, ExportError, FileNotFoundError, OSError, ValueError) as error:
         print(redact(f"error: {error}"), file=sys.stderr)
         return 1
@@ -120,6 +128,7 @@ def serve(state, host: str, port: int, open_browser: bool) -> int:
     import uvicorn
 
     from beam_pipeline.ui.app import create_app
+    from beam_pipeline.ui.guard import allowed_hosts
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets whose proto says TCP (proto 0 does not), and
@@ -134,8 +143,9 @@ def serve(state, host: str, port: int, open_browser: bool) -> int:
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else shown}:{bound}/"
-    config = uvicorn.Config(create_app(state), log_level="warning", access_log=False, limit_concurrency=200,
-                            timeout_keep_alive=5)
+    # The Host check needs the bound port (--port 0 picks one).
+    config = uvicorn.Config(create_app(state, allowed_hosts(host, bound)), log_level="warning", access_log=False,
+                            limit_concurrency=200, timeout_keep_alive=5)
     server = uvicorn.Server(config)
     terminal.result(f"UI of {state.job.layout.root} on {url} (Ctrl-C stops it)")
     if open_browser:

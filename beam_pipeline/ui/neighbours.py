@@ -21,18 +21,31 @@ class Neighbour:
     source: str
     label: str
     distance: float
+    dataset: str = ""  # Its dataset id (a table loaded with --append holds several).
 
 
 class NeighbourSearch:
     """A pooled connection to the predictions table, and the export when uploads can be searched."""
 
     def __init__(self, pool: Any, table: str, dataset_id: str | None, embedder: QueryEmbedder | None,
-                 max_pixels: int) -> None:
+                 max_pixels: int, datasets: dict[str, str] | None = None, own_dataset: str | None = None) -> None:
         self.pool = pool
         self.table = table
         self.dataset_id = dataset_id
         self.embedder = embedder
         self.max_pixels = max_pixels
+        self.datasets = datasets or {}  # {id: source} of what the table holds, read at start-up.
+        self.own_dataset = own_dataset  # The --input_dir run's dataset id: its rows are this run's images.
+
+    @property
+    def several_datasets(self) -> bool:
+        """Whether the table holds more than one dataset: then each result names its own."""
+        return len(self.datasets) > 1
+
+    def dataset_name(self, dataset_id: str) -> str:
+        """A dataset as a page names it: the folder (or CSV) it was made from, and its id."""
+        source = self.datasets.get(dataset_id)
+        return f"{source} ({dataset_id})" if source else dataset_id
 
     def by_image(self, data: bytes, k: int, split: str | None = None, label: str | None = None) -> list[Neighbour]:
         """The k nearest an image's bytes (of one split and/or label when given); RowFailure (the job's reason
@@ -51,5 +64,6 @@ class NeighbourSearch:
         with self.pool.connection() as connection:
             # Filters are query parameters in database.nearest (issue 21), and still return k rows when k exist.
             rows = database.nearest(connection, self.table, vector, k, dataset_id=self.dataset_id, split=split,
-                                    label=label)
-        return [Neighbour(key, source, label, float(distance)) for key, source, _, label, distance in rows]
+                                    label=label, with_dataset=True)
+        return [Neighbour(key, source, label, float(distance), dataset)
+                for key, source, _, label, dataset, distance in rows]

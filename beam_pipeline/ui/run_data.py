@@ -102,6 +102,7 @@ class PredictRun:
             raise ValueError(f"{self.layout.manifest_file} is damaged (no dataset record): rerun the predict job "
                              "to rewrite it")
         self.dataset_id = dataset.get("id")
+        self.source = dataset.get("source")  # The folder (or CSV) its predictions were made from, for messages.
         self.table = (database or {}).get("table")
         # One Arrow table of every image's top-k, looked up by binary search: no Python object per image.
         tables = [pq.read_table(path, columns=["key", "top_k_labels", "top_k_scores"])

@@ -1,6 +1,7 @@
 """Everything the UI reads once before it listens: the run's folders, the record index, the model, the pool.
 
-What cannot be used is refused here with one line (exit 1), not at the first request.
+What cannot be used is refused here with one line (exit 1), not at the first request; run folders that do not
+fit together (another run's predictions or quality folder, a link out of a run folder) exit 2, as bad input.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ class StartupError(RuntimeError):
     """The UI cannot serve what its flags name; the message says why in one line."""
 
 
+class RunRefused(StartupError):
+    """The folders given do not fit together, or one leads outside itself: refused like a bad flag (exit 2)."""
+
+
 @dataclasses.dataclass
 class Resources:
     """What the UI holds while it runs and gives back when it stops."""
@@ -40,14 +45,17 @@ class Resources:
 
 def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resources]:
     """(UiState, Resources) for the parsed flags; StartupError (or DatabaseError, ExportError) when it cannot."""
+    check_no_link_leads_out(args)
     manifest = OutputLayout(args.input_dir).load_manifest()
     predict = PredictRun(args.predictions_dir) if args.predictions_dir else None
+    # Before the image index (which a first start builds) and the quality folder's tables are read.
+    _check_same_input(args, manifest, predict)
     quality = QualityRun(args.quality_dir) if args.quality_dir else None
-    _check_same_input(args, manifest, predict)  # Before the image index, which a first start builds.
     job = JobRun(args.input_dir, manifest=manifest)
     if not job.image_count:
         raise StartupError(f"--input_dir {args.input_dir} holds no stored image")
-    state = UiState(job=job, max_file_bytes=args.max_file_bytes, upload_timeout=args.upload_timeout)
+    state = UiState(job=job, max_file_bytes=args.max_file_bytes, upload_timeout=args.upload_timeout,
+                    upload_read_timeout=args.upload_read_timeout)
     state.predict, state.quality = predict, quality
     if state.quality is not None:  # Its groups and flags as rows of the image index: the gallery's filters.
         state.quality.attach(job.index.keys)
@@ -58,13 +66,74 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
         url, resources.server = database.resolve(database_value, args.database_dir)
         table = _table(args, state.predict, url)
         resources.pool = database.open_pool(url, max_size=POOL_SIZE)
+        datasets = _datasets(resources.pool, table)
+        dataset = state.predict.dataset_id if state.predict else None
+        if dataset is not None and datasets and dataset not in datasets:
+            raise RunRefused(f"table {table} holds no rows of --predictions_dir {args.predictions_dir} (its "
+                             f"dataset {dataset}; the table holds {', '.join(sorted(datasets))}): name its table "
+                             "with --table, or load it with the predict job's --load_only")
         embedder = _embedder(args.model_dir, resources.pool, table) if args.model_dir else None
     except BaseException:
         resources.close()
         raise
-    dataset = state.predict.dataset_id if state.predict else None
-    state.search = NeighbourSearch(resources.pool, table, dataset, embedder, job.index.config.max_pixels)
+    from beam_pipeline.common.job_shards import job_dataset_id
+
+    state.search = NeighbourSearch(resources.pool, table, dataset, embedder, job.index.config.max_pixels, datasets,
+                                   job_dataset_id(job.manifest))
     return state, resources
+
+
+def _datasets(pool: Any, table: str) -> dict[str, str]:
+    """{dataset id: source} of what `table` holds (`beam_image_pipeline_datasets`); empty for a table from before
+    that record."""
+    import psycopg
+
+    with pool.connection() as connection:
+        try:
+            return dict(database.datasets_in(connection, table))
+        except psycopg.errors.UndefinedTable:
+            return {}
+
+
+def check_no_link_leads_out(args: Any) -> None:
+    """RunRefused naming the first file the UI would open under --input_dir, --predictions_dir or --quality_dir
+    that is a link (or lies under one) leading outside that folder.
+
+    A run folder is what the UI was asked to show; a link in it to `/home/someone/.ssh/...` or to another run's
+    shard is never followed. A folder that is itself a link is fine: what counts is where its files lie.
+    """
+    import glob
+
+    from tf_serving_input.layout import OutputLayout, PredictionLayout, QualityLayout
+
+    job = OutputLayout(args.input_dir)
+    _inside("--input_dir", job.root, [job.manifest_file, job.errors_file, job.index_file, job.index_record_file])
+    if os.path.isfile(job.manifest_file):  # A missing one is named by the job output's own check.
+        manifest = job.load_manifest()
+        shards = manifest.get("shards") if isinstance(manifest, dict) else None
+        _inside("--input_dir", job.root, [job.path(shard["file"]) for shard in shards or []
+                                         if isinstance(shard, dict) and isinstance(shard.get("file"), str)])
+    if args.predictions_dir:
+        predictions = PredictionLayout(args.predictions_dir)
+        _inside("--predictions_dir", predictions.root,
+                [predictions.manifest_file, *sorted(glob.glob(predictions.shard_files_glob()))])
+    if args.quality_dir:
+        quality = QualityLayout(args.quality_dir)
+        _inside("--quality_dir", quality.root, [quality.run_file, *(quality.path(name) for name in (
+            quality.MANIFEST_FILE, quality.DUPLICATE_GROUPS_FILE, quality.IMAGE_FLAGS_FILE, quality.SUMMARY_FILE))])
+
+
+def _inside(flag: str, root: str, paths: list[str]) -> None:
+    """RunRefused when one of `paths` (under `root`) resolves outside `root`; paths that do not exist are left to
+    the checks that read them."""
+    top = os.path.realpath(root)
+    for path in paths:
+        if not os.path.lexists(path):
+            continue
+        target = os.path.realpath(path)
+        if os.path.commonpath([top, target]) != top:
+            raise RunRefused(f"{flag} {root}: {os.path.relpath(path, root)} is a link that leads outside the "
+                             f"folder (to {target}); the UI opens no file outside a run folder: copy the file in")
 
 
 def _check_same_input(args: Any, job_manifest: dict, predict: PredictRun | None) -> None:
@@ -76,18 +145,23 @@ def _check_same_input(args: Any, job_manifest: dict, predict: PredictRun | None)
     from beam_pipeline.common.job_shards import job_dataset_id, job_input_sha256
     from tf_serving_input.layout import QualityLayout
 
+    if predict is not None and not (isinstance(predict.dataset_id, str) and predict.dataset_id):
+        raise RunRefused(f"--predictions_dir {args.predictions_dir}: its manifest.json names no dataset id, so the "
+                         "input its predictions were made from is unknown: rerun the predict job to rewrite it")
     if predict is not None and predict.dataset_id != job_dataset_id(job_manifest):
-        raise StartupError(f"--predictions_dir {args.predictions_dir} holds predictions of another job output than "
-                           f"--input_dir {args.input_dir}: give the predict job's folder of this one")
+        made_from = predict.source or "another input"
+        raise RunRefused(f"--predictions_dir {args.predictions_dir} holds predictions of {made_from} (dataset "
+                         f"{predict.dataset_id}), not of --input_dir {args.input_dir}: give the predict job's "
+                         "folder of this one")
     if args.quality_dir:
         run_file = QualityLayout(args.quality_dir).run_file
         # A regular file only: a FIFO or a device there would block start-up on its read.
         recorded = read_json(run_file) if os.path.isfile(run_file) else None
         if not isinstance(recorded, dict) or not isinstance(recorded.get("input_sha256"), str):
-            raise StartupError(f"{run_file} is missing or damaged, so the quality folder's input is unknown: rerun "
+            raise RunRefused(f"{run_file} is missing or damaged, so the quality folder's input is unknown: rerun "
                                "the quality command to rewrite it")
         if recorded["input_sha256"] != job_input_sha256(job_manifest):
-            raise StartupError(f"--quality_dir {args.quality_dir} is the quality job's output of another job output "
+            raise RunRefused(f"--quality_dir {args.quality_dir} is the quality job's output of another job output "
                                f"than --input_dir {args.input_dir} ({run_file} names other shards): run the quality "
                                f"command on --input_dir {args.input_dir}")
 

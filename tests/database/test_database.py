@@ -205,14 +205,17 @@ def test_search_names_the_dataset_of_each_neighbour_when_a_table_holds_several(p
     assert shown.returncode == 0, shown.stderr
     rows = shown.stdout.splitlines()[1:]
     assert len(rows) == 3 and all(row.split()[2] == "d1" for row in rows), shown.stdout
+    assert all(row.split()[3] == "/jobs/a" for row in rows), shown.stdout  # Named by its source too.
     mixed = in_process.search("--database", pg, "--table", two_datasets, "--key", key, "--dataset", "d2", "-k", 1000)
     lines = mixed.stdout.splitlines()
     assert len(lines) == 1001 and {line.split()[2] for line in lines[1:]} == {"d2"}
+    assert {line.split()[3] for line in lines[1:]} == {"/jobs/b"}
     # The label as a terminal shows it: the override escaped, cut to a sane width; the JSON keeps it whole.
     assert "\u202e" not in mixed.stdout and "\\u202exxx" in lines[1] and max(map(len, lines)) < 200
     as_json = json.loads(in_process.search("--database", pg, "--table", two_datasets, "--key", key,
                                            "--dataset", "d2", "-k", 2, "--format", "json").stdout)
     assert [n["dataset"] for n in as_json["neighbours"]] == ["d2", "d2"]
+    assert [n["dataset_source"] for n in as_json["neighbours"]] == ["/jobs/b", "/jobs/b"]
     assert as_json["neighbours"][0]["label"] == HOSTILE_LABEL
 
 

@@ -39,11 +39,16 @@ def browser():
 
 @pytest.fixture
 def page(browser, tmp_path):
-    """A fresh page that fails the test on any failed request or script error."""
+    """A fresh page that fails the test on any failed request, script error or console error (a
+    Content-Security-Policy violation is one: the UI must work under its own policy)."""
     context = browser.new_context(viewport={"width": 1200, "height": 900})
     page = context.new_page()
     problems = []
     page.on("pageerror", lambda error: problems.append(f"script error: {error}"))
+    # A 4xx answer is logged as "Failed to load resource" (the tests ask for some); anything else logged as an
+    # error, such as "Refused to apply inline style because it violates ... Content Security Policy", fails.
+    page.on("console", lambda message: message.type == "error" and not message.text.startswith(
+        "Failed to load resource") and problems.append(f"console: {message.text}"))
     # An image still loading when the page navigates away is aborted by the browser: not a failure.
     page.on("requestfailed", lambda request: "ERR_ABORTED" in (request.failure or "") or problems.append(
         f"request failed: {request.url} ({request.failure})"))
@@ -67,6 +72,8 @@ def test_overview_gallery_and_an_image_page(ui, page, tmp_path):
     assert page.locator("#summary").inner_text().count("18") >= 1  # 18 written (16 photos and two copies)
     assert page.locator("svg.chart rect").count() == 4  # One bar per label.
     assert "not_an_image" in page.locator("#reasons").inner_text()
+    # The stylesheet (/static/ui.css, the policy allows no inline style) applies: the navigation bar's colour.
+    assert page.evaluate("getComputedStyle(document.querySelector('nav')).backgroundColor") == "rgb(36, 54, 79)"
     page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
 
     page.click("nav >> text=Gallery")

@@ -109,7 +109,7 @@ def test_path_traversal_reads_no_file(ui_server, path):
     # Sent as written: httpx would normalize the dots away, and a raw socket keeps them.
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
         raw = b""
         while chunk := s.recv(65536):
             raw += chunk
@@ -190,7 +190,7 @@ def test_an_upload_that_stalls_is_answered_408_and_frees_its_connection(ui_serve
     """A client that declares a body and stops sending must not hold a connection (and a task) forever."""
     url, _ = ui_server
     host, port = url.removeprefix("http://").split(":")
-    head = (f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+    head = (f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
             f"Content-Length: 5000\r\n\r\n--x\r\nContent-Disposition: form-data; name=\"image\"; "
             f"filename=\"a.jpg\"\r\n\r\n\xff\xd8\xff").encode("latin-1")
     with socket.create_connection((host, int(port)), timeout=UPLOAD_TIMEOUT * 4) as stalled:
@@ -216,7 +216,7 @@ def test_a_client_that_drops_mid_upload_logs_no_traceback(ui_server):
     url, log = ui_server
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as dropped:
-        dropped.sendall(f"POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x"
+        dropped.sendall(f"POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: multipart/form-data; boundary=x"
                         f"\r\nContent-Length: 5000\r\n\r\n--x\r\n".encode("latin-1"))
         time.sleep(1)  # The request is being read when the client goes away.
     time.sleep(2)
@@ -315,6 +315,8 @@ def test_bad_flags_are_one_line_and_exit_2(ui_inputs):
                          (["--input_dir", ui_inputs["job"], "--table", "Bad-Name"], "--table"),
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "0"], "--upload_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--upload_timeout", "inf"], "--upload_timeout must be"),
+                         (["--input_dir", ui_inputs["job"], "--upload_read_timeout", "-1"],
+                          "--upload_read_timeout must be"),
                          (["--input_dir", ui_inputs["job"], "--model_dir", ui_inputs["export"]], "--predictions_dir")]:
         result = subprocess.run(ui_run.ui_command(*flags), capture_output=True, text=True, timeout=120)  # The CLI.
         assert result.returncode == 2 and words in result.stderr, result.stderr
@@ -422,10 +424,12 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
     assert job.run(["--input_csv", str(csv_path), "--output_dir", str(other), "--image_size", str(ui_run.SIZE),
                     "--max_error_rate", "0.5", "--no_progress", "--direct_num_workers", "1",
                     "--direct_running_mode", "in_memory"]) == 0
-    for flag, folder, words in [("--predictions_dir", ui_inputs["predictions"], "holds predictions of another job"),
+    for flag, folder, words in [("--predictions_dir", ui_inputs["predictions"],
+                                 f"holds predictions of {ui_inputs['job']}"),
                                 ("--quality_dir", ui_inputs["quality"], "of another job output")]:
         result = in_process.ui_start("--input_dir", other, flag, folder, "--port", scaleout.free_port())
-        assert result.returncode == 1 and words in result.stderr, result.stderr[-2000:]
+        # Folders that do not fit together are bad input, like a bad flag: exit 2.
+        assert result.returncode == 2 and words in result.stderr, result.stderr[-2000:]
         assert len(result.stderr.strip().splitlines()) == 1 and str(other) in result.stderr, result.stderr[-2000:]
     quality = tmp_path / "quality"
     import shutil
@@ -439,7 +443,7 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
             (quality / "run.json").write_text(damage)
         result = in_process.ui_start("--input_dir", ui_inputs["job"], "--quality_dir", quality,
                                      "--port", scaleout.free_port())
-        assert result.returncode == 1 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
+        assert result.returncode == 2 and "run.json is missing or damaged" in result.stderr, result.stderr[-2000:]
     predictions = tmp_path / "predictions"
     shutil.copytree(ui_inputs["predictions"], predictions)
     (predictions / "manifest.json").write_text("[]")

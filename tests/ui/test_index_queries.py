@@ -27,7 +27,8 @@ def big(tmp_path_factory):
     job = JobRun(run["job"])
     quality = QualityRun(run["quality"])
     quality.attach(job.index.keys)
-    return TestClient(create_app(UiState(job=job, quality=quality))), job, run["expected"]
+    return TestClient(create_app(UiState(job=job, quality=quality)), base_url="http://127.0.0.1:8080"), job, \
+        run["expected"]
 
 
 def count(response):
@@ -105,7 +106,7 @@ def test_every_stored_key_and_failed_row_of_a_real_run_is_shown(tiny_job, tmp_pa
     with open(out / "errors.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(failure) + "\n")
     manifest = OutputLayout(str(out)).load_manifest()
-    client = TestClient(create_app(UiState(job=JobRun(str(out)))))
+    client = TestClient(create_app(UiState(job=JobRun(str(out)))), base_url="http://127.0.0.1:8080")
     expected = sum(shard["records"] for shard in manifest["shards"])
     shown = set(keys_shown(client.get("/gallery")))
     assert len(shown) == expected == count(client.get("/gallery"))
