@@ -323,7 +323,41 @@ def walk_shard(path: str) -> Iterator[tuple[str, str, str, int, int, int]]:
                 offset += 16 + length
 
 
+def raw_pixels(record: bytes) -> bytes | None:
+    """The stored pixels of a serialized record of raw storage (`image/format` 'raw', `image/raw`), or None for
+    any other storage: the UI's thumbnails of a raw run then need no TensorFlow (~470 MiB of its memory).
+
+    What raw storage is (row-major HWC uint8 under `image/raw`) is tf_serving_input/codecs.py's; named here,
+    as the features above are, because that module imports TensorFlow.
+    """
+    fields: dict[str, tuple[int, int]] = {}
+    for number, features_start, features_end in _length_delimited(record, 0, len(record)):
+        if number != 1:  # Example.features
+            continue
+        for entry_number, entry_start, entry_end in _length_delimited(record, features_start, features_end):
+            if entry_number != 1:
+                continue
+            name, value = None, None
+            for field, field_start, field_end in _length_delimited(record, entry_start, entry_end):
+                if field == 1:
+                    name = bytes(record[field_start:field_end])
+                elif field == 2:
+                    value = (field_start, field_end)
+            if name in (_FORMAT_NAME, _RAW_NAME) and value is not None:
+                span = _first_bytes(record, *value)
+                if span is not None:
+                    fields[name.decode()] = span
+    if features.IMAGE_RAW not in fields or features.IMAGE_FORMAT not in fields:
+        return None
+    start, end = fields[features.IMAGE_FORMAT]
+    if bytes(record[start:end]) != b"raw":
+        return None
+    start, end = fields[features.IMAGE_RAW]
+    return bytes(record[start:end])
+
+
 _WANTED = (features.IMAGE_KEY, features.IMAGE_SOURCE, features.LABEL_TEXT)
+_FORMAT_NAME, _RAW_NAME = features.IMAGE_FORMAT.encode(), features.IMAGE_RAW.encode()
 # The stored image's feature: encoded (JPEG, PNG) or raw pixels (tf_serving_input/codecs.py); a record holds
 # one. Named here, not through CODECS, whose module imports TensorFlow (seconds of the UI's start).
 _IMAGE_FEATURES = (features.IMAGE_ENCODED, features.IMAGE_RAW)

@@ -124,12 +124,19 @@ class RecordIndex:
     @functools.lru_cache(maxsize=4096)  # noqa: B019 - one index per process, alive as long as the app.
     def thumbnail(self, key: str, size: int = 128) -> bytes:
         """PNG bytes of a stored image, decoded through its storage codec, at most `size` px a side."""
+        import numpy as np
         from PIL import Image
 
-        from tf_serving_input.codecs import parse_record
+        record = self.record(key)
+        side = self.config.image_size
+        pixels = image_index.raw_pixels(record) if self.config.image_format == "raw" else None
+        if pixels is not None and len(pixels) == side * side * 3:  # Raw storage: the pixels as they are.
+            picture = Image.fromarray(np.frombuffer(pixels, np.uint8).reshape(side, side, 3))
+        else:  # Encoded (or not what its manifest says): its codec decodes it, or says what is wrong.
+            from tf_serving_input.codecs import parse_record
 
-        image, _ = parse_record(self.record(key), self.config)
-        picture = Image.fromarray(image.numpy())
+            image, _ = parse_record(record, self.config)
+            picture = Image.fromarray(image.numpy())
         if max(picture.size) > size:
             picture = picture.resize((size, size), Image.Resampling.BILINEAR)
         out = io.BytesIO()

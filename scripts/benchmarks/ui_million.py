@@ -11,7 +11,8 @@ What it measures, through the UI's real command line (`python -m beam_pipeline.u
 - each filter (none, split, label, split+label, failure reason, quality flag, duplicate group): --requests
   GETs of /gallery at random pages of it, one at a time as one user clicks: p50 and p99 in ms;
 - counts and charts: the overview (the label chart), the failures page, the quality page;
-- with --thumbnails N (a real run): N thumbnails of random gallery pages (the first loads TensorFlow);
+- with --thumbnails N (a real run): N thumbnails of random gallery pages (the first of a JPEG or PNG run
+  loads TensorFlow; a raw run's never do);
 - the server's RSS (VmHWM, its peak) after all of it.
 The generated run's images do not exist, so no thumbnail is asked for; its pages draw tiles by key.
 Writes WORK_DIR/ui_results.json and prints it.
@@ -312,7 +313,7 @@ def measure_ui(job: str, quality: str | None, predictions: str | None, work: str
                 times.append((time.perf_counter() - started) * 1000)
                 assert response.status_code == 200, (key, response.status_code)
             first, rest = times[0], sorted(times[1:])
-            results["thumbnails"] = {"count": len(times), "first_ms (loads TensorFlow)": round(first, 1),
+            results["thumbnails"] = {"count": len(times), "first_ms": round(first, 1),
                                      "p50_ms": round(statistics.median(rest), 2),
                                      "p99_ms": round(rest[min(len(rest) - 1, int(0.99 * len(rest)))], 2)}
         results["gallery_total"] = total
