@@ -46,6 +46,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xdist_group(group_of_module.get(module, module)))
 
 
+@pytest.fixture(scope="module")
+def loopback():
+    """A real HTTP server on 127.0.0.1 for the module's URL rows (tests/http_server.py), stopped at its end."""
+    import http_server
+
+    server = http_server.LoopbackServer()
+    yield server
+    server.close()
+
+
 @pytest.fixture(scope="session")
 def sample_photos():
     """A few real photographs from the bundled sample dataset: (path, label)."""

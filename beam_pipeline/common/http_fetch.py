@@ -223,15 +223,15 @@ class _Pool:
 
     def take(self, key: tuple[object, ...]) -> _Connection | None:
         """An idle connection for `key` that is still usable, or None."""
-        with self._lock:
-            found = next((ident for ident, conn in self._idle.items() if conn.pool_key == key), None)
-            conn = self._idle.pop(found) if found is not None else None
-        while conn is not None and _dropped(conn.sock):
-            conn.close()
+        while True:
             with self._lock:
-                found = next((ident for ident, other in self._idle.items() if other.pool_key == key), None)
-                conn = self._idle.pop(found) if found is not None else None
-        return conn
+                found = next((ident for ident, conn in self._idle.items() if conn.pool_key == key), None)
+                if found is None:
+                    return None
+                conn = self._idle.pop(found)
+            if not _dropped(conn.sock):
+                return conn
+            conn.close()
 
     def give(self, conn: _Connection) -> None:
         """Keeps `conn` for the next request to its key, closing the oldest idle one past the limit."""
@@ -356,7 +356,7 @@ class HttpFetcher:
         addresses = self._checked_addresses(target, deadline) if proxy is None or not self._config.allow_private \
             else [target.host]
         if proxy is not None and target.scheme == "http":
-            request_target = f"http://{urls._netloc(target)}{target.request_target}"
+            request_target = f"http://{target.netloc}{target.request_target}"
         else:
             request_target = target.request_target
         for address in addresses:

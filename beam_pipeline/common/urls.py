@@ -87,6 +87,13 @@ class Target:
     shown: str = ""  # the URL as given, its password replaced by ***
 
     @property
+    def netloc(self) -> str:
+        """host[:port] as a URL writes it (IPv6 in brackets, the scheme's default port left out)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+    @property
     def origin(self) -> tuple[str, str, int]:
         """(scheme, host, port): where credentials may be sent, and what keep-alive connections are pooled by."""
         return self.scheme, self.host, self.port
@@ -171,19 +178,13 @@ def redirect_target(current: Target, location: str) -> Target:
         location = location.encode("latin-1").decode("utf-8")
     except UnicodeError:
         pass  # Truly Latin-1 (or already text): keep it.
-    base = f"{current.scheme}://{_netloc(current)}{current.request_target}"
+    base = f"{current.scheme}://{current.netloc}{current.request_target}"
     try:
         joined = urllib.parse.urldefrag(urllib.parse.urljoin(base, location.strip())).url
     except ValueError:
         shown = redact_url(location.strip())
         raise bad_url(f"{shown!r} is not a URL that can be fetched", shown) from None
     return parse(joined)
-
-
-def _netloc(target: Target) -> str:
-    host = f"[{target.host}]" if ":" in target.host else target.host
-    default = 443 if target.scheme == "https" else 80
-    return host if target.port == default else f"{host}:{target.port}"
 
 
 def _is_ip(host: str) -> bool:

@@ -151,8 +151,9 @@ class WriteShardFn(beam.DoFn):
         moments = np.asarray(status["pixel_moments"], np.int64)
         for outcome in recovered.values():
             moments += outcome.moments
+        ordered = [record for _, record in sorted(records, key=lambda pair: pair[0])]
         with ShardFileWriter(self._layout, name) as shard:
-            for _, record in sorted(records, key=lambda pair: pair[0]):
+            for record in ordered:  # One record at a time: the status keeps its framing digest.
                 shard.write_record(record)
             status = shard.publish(dict(
                 {key: status[key] for key in ("split", "index", "num_shards", "rows")},
@@ -160,8 +161,7 @@ class WriteShardFn(beam.DoFn):
                 seconds=round(time.time() - started, 3), worker_pid=os.getpid(),
                 retried={"rows": len(again), "recovered": len(recovered)},
                 **({"fetch": status["fetch"]} if "fetch" in status else {})))
-        return read_verified(self._layout, name, len(rows)) or (status, b"".join(
-            frame_record(record) for _, record in sorted(records, key=lambda pair: pair[0])))
+        return status, b"".join(frame_record(record) for record in ordered)
 
     def _write(self, split, shard_index, name, rows):
         started = time.time()

@@ -21,13 +21,6 @@ FAST = FetchConfig(concurrency=8, per_host=4, connect_timeout=1.0, read_timeout=
 
 
 @pytest.fixture(scope="module")
-def server():
-    server = serve.LoopbackServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def fetcher():
     fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
     yield fetcher
@@ -40,14 +33,14 @@ def failure_of(fetcher, url):
     return caught.value
 
 
-def test_images_come_back_byte_for_byte_plain_chunked_gzip_and_non_ascii(server, fetcher):
-    assert fetcher.fetch(server.route("/ok/a.jpg", serve.image(JPEG))) == JPEG
-    assert fetcher.fetch(server.route("/ok/b.png", serve.chunked(PNG, piece=100))) == PNG
-    assert fetcher.fetch(server.route("/ok/c.jpg", serve.gzipped(JPEG))) == JPEG
+def test_images_come_back_byte_for_byte_plain_chunked_gzip_and_non_ascii(loopback, fetcher):
+    assert fetcher.fetch(loopback.route("/ok/a.jpg", serve.image(JPEG))) == JPEG
+    assert fetcher.fetch(loopback.route("/ok/b.png", serve.chunked(PNG, piece=100))) == PNG
+    assert fetcher.fetch(loopback.route("/ok/c.jpg", serve.gzipped(JPEG))) == JPEG
     # Non-ASCII path and query: sent percent-encoded as UTF-8, a valid %XX kept as it is.
-    server.route("/ok/%C3%BC%20x.jpg", serve.image(JPEG))
-    assert fetcher.fetch(server.url("/ok/ü x.jpg?q=é%41")) == JPEG
-    headers = server.headers("/ok/a.jpg")[0]
+    loopback.route("/ok/%C3%BC%20x.jpg", serve.image(JPEG))
+    assert fetcher.fetch(loopback.url("/ok/ü x.jpg?q=é%41")) == JPEG
+    headers = loopback.headers("/ok/a.jpg")[0]
     assert headers["User-Agent"] == user_agent() and "beam-image-pipeline/" in headers["User-Agent"]
     assert headers["Accept-Encoding"] == "gzip, deflate"
 
@@ -55,40 +48,40 @@ def test_images_come_back_byte_for_byte_plain_chunked_gzip_and_non_ascii(server,
 @pytest.mark.parametrize("code, reason", [(404, failures.HTTP_404), (403, failures.HTTP_403),
                                           (410, failures.HTTP_410), (401, failures.HTTP_4XX),
                                           (451, failures.HTTP_4XX)])
-def test_client_errors_fail_at_once_with_their_code(server, fetcher, code, reason):
-    url = server.route(f"/status/{code}", serve.status(code))
+def test_client_errors_fail_at_once_with_their_code(loopback, fetcher, code, reason):
+    url = loopback.route(f"/status/{code}", serve.status(code))
     failure = failure_of(fetcher, url)
     assert (failure.reason, failure.fields["http_status"], failure.fields["attempts"]) == (reason, code, 1)
-    assert server.requests(f"/status/{code}") == 1  # Never retried.
+    assert loopback.requests(f"/status/{code}") == 1  # Never retried.
     assert failure.fields["url"] == url
 
 
-def test_a_5xx_then_200_is_retried_until_it_wins(server, fetcher):
-    url = server.route("/flaky/500", serve.flaky(2, 500, serve.image(JPEG)))
+def test_a_5xx_then_200_is_retried_until_it_wins(loopback, fetcher):
+    url = loopback.route("/flaky/500", serve.flaky(2, 500, serve.image(JPEG)))
     assert fetcher.fetch(url) == JPEG
-    assert server.requests("/flaky/500") == 3
+    assert loopback.requests("/flaky/500") == 3
 
 
-def test_always_5xx_and_always_429_fail_after_max_attempts(server, fetcher):
-    failure = failure_of(fetcher, server.route("/always/503", serve.status(503)))
+def test_always_5xx_and_always_429_fail_after_max_attempts(loopback, fetcher):
+    failure = failure_of(fetcher, loopback.route("/always/503", serve.status(503)))
     assert (failure.reason, failure.fields["http_status"], failure.fields["attempts"]) == (failures.HTTP_5XX, 503, 3)
-    assert server.requests("/always/503") == 3
-    failure = failure_of(fetcher, server.route("/always/429", serve.status(429)))
+    assert loopback.requests("/always/503") == 3
+    failure = failure_of(fetcher, loopback.route("/always/429", serve.status(429)))
     assert (failure.reason, failure.fields["attempts"]) == (failures.HTTP_429, 3)
 
 
-def test_retry_after_is_honoured_up_to_its_cap(server):
+def test_retry_after_is_honoured_up_to_its_cap(loopback):
     fetcher = HttpFetcher(FetchConfig(**{**FAST.__dict__, "total_timeout": 5.0}), max_bytes=64 * 1024)
     try:
-        url = server.route("/retry_after/1", serve.flaky(1, 429, serve.image(JPEG)))
+        url = loopback.route("/retry_after/1", serve.flaky(1, 429, serve.image(JPEG)))
         started = time.monotonic()
         # The 429 of the first request says Retry-After 1 second.
-        server.route("/retry_after/1", lambda handler, number: (
+        loopback.route("/retry_after/1", lambda handler, number: (
             serve.status(429, {"Retry-After": "1"}) if number == 1 else serve.image(JPEG))(handler, number))
         assert fetcher.fetch(url) == JPEG
         assert time.monotonic() - started >= 1.0
         # Over --url_retry_after_max: fails at once, after one attempt.
-        url = server.route("/retry_after/3600", serve.status(429, {"Retry-After": "3600"}))
+        url = loopback.route("/retry_after/3600", serve.status(429, {"Retry-After": "3600"}))
         failure = failure_of(fetcher, url)
         assert (failure.reason, failure.fields["attempts"]) == (failures.HTTP_429, 1)
         assert "Retry-After" in failure.detail
@@ -96,41 +89,41 @@ def test_retry_after_is_honoured_up_to_its_cap(server):
         fetcher.close()
 
 
-def test_redirects_are_followed_and_a_loop_stops(server, fetcher):
-    server.route("/redirect/target.jpg", serve.image(JPEG))
-    assert fetcher.fetch(server.route("/redirect/one", serve.redirect("/redirect/target.jpg", 301))) == JPEG
-    server.route("/redirect/loop-a", serve.redirect("/redirect/loop-b"))
-    server.route("/redirect/loop-b", serve.redirect("/redirect/loop-a"))
-    failure = failure_of(fetcher, server.url("/redirect/loop-a"))
+def test_redirects_are_followed_and_a_loop_stops(loopback, fetcher):
+    loopback.route("/redirect/target.jpg", serve.image(JPEG))
+    assert fetcher.fetch(loopback.route("/redirect/one", serve.redirect("/redirect/target.jpg", 301))) == JPEG
+    loopback.route("/redirect/loop-a", serve.redirect("/redirect/loop-b"))
+    loopback.route("/redirect/loop-b", serve.redirect("/redirect/loop-a"))
+    failure = failure_of(fetcher, loopback.url("/redirect/loop-a"))
     assert failure.reason == failures.TOO_MANY_REDIRECTS
-    failure = failure_of(fetcher, server.route("/redirect/ftp", serve.redirect("ftp://127.0.0.1/x.jpg")))
+    failure = failure_of(fetcher, loopback.route("/redirect/ftp", serve.redirect("ftp://127.0.0.1/x.jpg")))
     assert failure.reason == failures.BAD_URL and "ftp" in failure.detail
-    failure = failure_of(fetcher, server.route("/redirect/no-location", serve.status(302)))
+    failure = failure_of(fetcher, loopback.route("/redirect/no-location", serve.status(302)))
     assert failure.reason == failures.BAD_URL
 
 
-def test_private_addresses_are_refused_without_the_flag_even_after_a_redirect(server):
+def test_private_addresses_are_refused_without_the_flag_even_after_a_redirect(loopback):
     strict = FetchConfig(**{**FAST.__dict__, "allow_private": False})
     # The tests' own server is exempt (an argument for tests, not a flag): only the redirect is judged.
-    fetcher = HttpFetcher(strict, max_bytes=64 * 1024, exempt=frozenset({("127.0.0.1", server.port)}))
+    fetcher = HttpFetcher(strict, max_bytes=64 * 1024, exempt=frozenset({("127.0.0.1", loopback.port)}))
     refused = HttpFetcher(strict, max_bytes=64 * 1024)
     try:
-        before = server.connections
-        failure = failure_of(refused, server.url("/private/direct.jpg"))
+        before = loopback.connections
+        failure = failure_of(refused, loopback.url("/private/direct.jpg"))
         assert failure.reason == failures.BAD_URL and "loopback" in failure.detail
         assert "--url_allow_private" in failure.detail
-        assert server.connections == before  # Never connected.
+        assert loopback.connections == before  # Never connected.
         for target in ("http://10.0.0.1/x.jpg", "http://127.0.0.2/x.jpg", "http://[::1]/x.jpg",
                        "http://169.254.169.254/latest/meta-data"):
             path = f"/private/to-{abs(hash(target))}"
-            failure = failure_of(fetcher, server.route(path, serve.redirect(target)))
+            failure = failure_of(fetcher, loopback.route(path, serve.redirect(target)))
             assert failure.reason == failures.BAD_URL, target
     finally:
         fetcher.close()
         refused.close()
 
 
-def test_the_checked_address_is_the_one_connected_to(server):
+def test_the_checked_address_is_the_one_connected_to(loopback):
     """DNS rebinding: the name resolves once per hop, to a checked address, and the connection goes there."""
     answers = []
 
@@ -138,18 +131,18 @@ def test_the_checked_address_is_the_one_connected_to(server):
         answers.append(host)
         return ["127.0.0.1"] if len(answers) == 1 else ["10.0.0.1"]
 
-    server.route("/rebind/a.jpg", serve.image(JPEG))
+    loopback.route("/rebind/a.jpg", serve.image(JPEG))
     fetcher = HttpFetcher(FAST, max_bytes=64 * 1024, resolver=resolver)
     try:
-        url = f"http://rebind.example:{server.port}/rebind/a.jpg"
+        url = f"http://rebind.example:{loopback.port}/rebind/a.jpg"
         assert fetcher.fetch(url) == JPEG
         assert answers == ["rebind.example"]
-        assert server.headers("/rebind/a.jpg")[0]["Host"] == f"rebind.example:{server.port}"
+        assert loopback.headers("/rebind/a.jpg")[0]["Host"] == f"rebind.example:{loopback.port}"
     finally:
         fetcher.close()
 
 
-def test_unresolvable_names_fail_as_dns_failed(server):
+def test_unresolvable_names_fail_as_dns_failed(loopback):
     import socket
 
     def resolver(host, port):
@@ -163,15 +156,15 @@ def test_unresolvable_names_fail_as_dns_failed(server):
         fetcher.close()
 
 
-def test_trickle_and_stall_end_as_timeout_within_the_total(server, fetcher):
-    server.route("/slow/trickle", serve.trickle(JPEG, every=0.1))
-    server.route("/slow/stall", serve.stall(30))
+def test_trickle_and_stall_end_as_timeout_within_the_total(loopback, fetcher):
+    loopback.route("/slow/trickle", serve.trickle(JPEG, every=0.1))
+    loopback.route("/slow/stall", serve.stall(30))
     ended = {}
 
     def fetch(path):  # Both at once: the test waits one --url_timeout, not two.
         started = time.monotonic()
         try:
-            fetcher.fetch(server.url(path))
+            fetcher.fetch(loopback.url(path))
         except failures.RowFailure as failure:
             ended[path] = (failure.reason, time.monotonic() - started)
 
@@ -186,47 +179,47 @@ def test_trickle_and_stall_end_as_timeout_within_the_total(server, fetcher):
         assert seconds < FAST.total_timeout + 3.0, path  # Cut at --url_timeout: not after 78 s or 30 s.
 
 
-def test_a_reset_mid_body_and_a_short_body_fail_as_connection_failed(server, fetcher):
-    failure = failure_of(fetcher, server.route("/broken/reset", serve.reset_mid_body(JPEG)))
+def test_a_reset_mid_body_and_a_short_body_fail_as_connection_failed(loopback, fetcher):
+    failure = failure_of(fetcher, loopback.route("/broken/reset", serve.reset_mid_body(JPEG)))
     assert failure.reason == failures.CONNECTION_FAILED and failure.fields["attempts"] == 3
 
 
-def test_a_huge_content_length_is_refused_without_reading_and_a_long_body_never_leaks(server, fetcher):
-    failure = failure_of(fetcher, server.route("/size/claims-2gb", serve.claims_length(2 * 1024 ** 3)))
+def test_a_huge_content_length_is_refused_without_reading_and_a_long_body_never_leaks(loopback, fetcher):
+    failure = failure_of(fetcher, loopback.route("/size/claims-2gb", serve.claims_length(2 * 1024 ** 3)))
     assert failure.reason == failures.TOO_LARGE and "Content-Length" in failure.detail
     big = bytes(100 * 1024)
-    failure = failure_of(fetcher, server.route("/size/chunked-big", serve.chunked(big)))
+    failure = failure_of(fetcher, loopback.route("/size/chunked-big", serve.chunked(big)))
     assert failure.reason == failures.TOO_LARGE
     # Bytes after the Content-Length never become the next request's answer on a kept-alive connection.
-    server.route("/size/longer", serve.longer_than_length(JPEG))
-    server.route("/size/next.png", serve.image(PNG, "image/png"))
-    assert fetcher.fetch(server.url("/size/longer")) == JPEG
-    assert fetcher.fetch(server.url("/size/next.png")) == PNG
+    loopback.route("/size/longer", serve.longer_than_length(JPEG))
+    loopback.route("/size/next.png", serve.image(PNG, "image/png"))
+    assert fetcher.fetch(loopback.url("/size/longer")) == JPEG
+    assert fetcher.fetch(loopback.url("/size/next.png")) == PNG
 
 
-def test_html_and_opt_out_headers(server, fetcher):
-    assert fetcher.fetch(server.route("/content/page", serve.html())).startswith(b"<!doctype html>")  # TF says so.
+def test_html_and_opt_out_headers(loopback, fetcher):
+    assert fetcher.fetch(loopback.route("/content/page", serve.html())).startswith(b"<!doctype html>")  # TF says so.
     for value in ("noai", "noimageai", "beam-image-pipeline: noindex", "noimageindex, nofollow"):
         path = f"/content/robots-{abs(hash(value))}"
-        failure = failure_of(fetcher, server.route(path, serve.image(JPEG, headers={"X-Robots-Tag": value})))
+        failure = failure_of(fetcher, loopback.route(path, serve.image(JPEG, headers={"X-Robots-Tag": value})))
         assert failure.reason == failures.OPTED_OUT, value
     for value in ("googlebot: noai", "nofollow"):
         path = f"/content/allowed-{abs(hash(value))}"
-        assert fetcher.fetch(server.route(path, serve.image(JPEG, headers={"X-Robots-Tag": value}))) == JPEG
+        assert fetcher.fetch(loopback.route(path, serve.image(JPEG, headers={"X-Robots-Tag": value}))) == JPEG
 
 
-def test_credentials_go_to_their_origin_only_and_appear_nowhere(server, fetcher):
-    server.route("/auth/a.jpg", serve.basic_auth("reader", "s3cr:et@x", serve.image(JPEG)))
-    url = server.url("/auth/a.jpg", userinfo="reader:s3cr%3Aet%40x@")
+def test_credentials_go_to_their_origin_only_and_appear_nowhere(loopback, fetcher):
+    loopback.route("/auth/a.jpg", serve.basic_auth("reader", "s3cr:et@x", serve.image(JPEG)))
+    url = loopback.url("/auth/a.jpg", userinfo="reader:s3cr%3Aet%40x@")
     assert fetcher.fetch(url) == JPEG
-    failure = failure_of(fetcher, server.url("/auth/missing.jpg", userinfo="reader:s3cr%3Aet%40x@"))
+    failure = failure_of(fetcher, loopback.url("/auth/missing.jpg", userinfo="reader:s3cr%3Aet%40x@"))
     assert failure.reason == failures.HTTP_404
     text = f"{failure.detail} {failure.fields}"
     assert "s3cr" not in text and "reader:***@" in text
 
 
-def test_tls_to_a_plain_port_and_a_closed_port(server, fetcher):
-    failure = failure_of(fetcher, f"https://127.0.0.1:{server.port}/x.jpg")
+def test_tls_to_a_plain_port_and_a_closed_port(loopback, fetcher):
+    failure = failure_of(fetcher, f"https://127.0.0.1:{loopback.port}/x.jpg")
     assert failure.reason == failures.TLS_FAILED
     import socket
 
@@ -237,22 +230,22 @@ def test_tls_to_a_plain_port_and_a_closed_port(server, fetcher):
     assert failure.reason == failures.CONNECTION_FAILED
 
 
-def test_keep_alive_reuses_connections(server):
+def test_keep_alive_reuses_connections(loopback):
     fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
     try:
-        server.route("/keep/a.jpg", serve.image(JPEG))
-        before = server.connections
+        loopback.route("/keep/a.jpg", serve.image(JPEG))
+        before = loopback.connections
         for _ in range(5):
-            assert fetcher.fetch(server.url("/keep/a.jpg")) == JPEG
-        assert server.connections - before == 1
+            assert fetcher.fetch(loopback.url("/keep/a.jpg")) == JPEG
+        assert loopback.connections - before == 1
     finally:
         fetcher.close()
 
 
-def test_concurrent_fetches_share_one_fetcher(server, fetcher):
-    server.route("/many/a.jpg", serve.slow(0.05, serve.image(JPEG)))
+def test_concurrent_fetches_share_one_fetcher(loopback, fetcher):
+    loopback.route("/many/a.jpg", serve.slow(0.05, serve.image(JPEG)))
     results = []
-    threads = [threading.Thread(target=lambda: results.append(fetcher.fetch(server.url("/many/a.jpg"))))
+    threads = [threading.Thread(target=lambda: results.append(fetcher.fetch(loopback.url("/many/a.jpg"))))
                for _ in range(8)]
     for thread in threads:
         thread.start()
@@ -261,89 +254,89 @@ def test_concurrent_fetches_share_one_fetcher(server, fetcher):
     assert results == [JPEG] * 8
 
 
-def test_a_proxy_comes_from_the_environment_only_and_no_proxy_is_honoured(server, monkeypatch, tmp_path):
+def test_a_proxy_comes_from_the_environment_only_and_no_proxy_is_honoured(loopback, monkeypatch, tmp_path):
     # The loopback server acts as the proxy: it receives the absolute URL.
-    server.route("/proxied/a.jpg", serve.image(JPEG))
-    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.port}")
+    loopback.route("/proxied/a.jpg", serve.image(JPEG))
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{loopback.port}")
     monkeypatch.setenv("no_proxy", "direct.example")
     monkeypatch.setenv("HOME", str(tmp_path))  # A ~/.netrc is never read.
     (tmp_path / ".netrc").write_text("default login intruder password leaked\n")
     fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
     try:
         assert fetcher.fetch("http://images.example/proxied/a.jpg") == JPEG
-        assert server.headers("/proxied/a.jpg")[-1]["Host"] == "images.example"
-        assert "Authorization" not in server.headers("/proxied/a.jpg")[-1]
+        assert loopback.headers("/proxied/a.jpg")[-1]["Host"] == "images.example"
+        assert "Authorization" not in loopback.headers("/proxied/a.jpg")[-1]
         # no_proxy: the name is resolved and connected to directly (here: it does not resolve).
         failure = failure_of(fetcher, "http://direct.example/proxied/a.jpg")
         assert failure.reason in (failures.DNS_FAILED, failures.TIMEOUT, failures.CONNECTION_FAILED)
-        assert server.requests("/proxied/a.jpg") == 1
+        assert loopback.requests("/proxied/a.jpg") == 1
     finally:
         fetcher.close()
 
 
-def test_credentials_follow_a_redirect_on_their_origin_only_and_a_dead_address_is_skipped(server):
-    server.route("/creds/final.jpg", serve.basic_auth("reader", "pw1", serve.image(JPEG)))
-    server.route("/creds/hop", serve.redirect("/creds/final.jpg"))
-    server.route("/creds/elsewhere.jpg", serve.image(JPEG))
-    # 'elsewhere.test' is another origin (same server): the credentials are not sent there.
-    server.route("/creds/away", serve.redirect(f"http://elsewhere.test:{server.port}/creds/elsewhere.jpg"))
+def test_credentials_follow_a_redirect_on_their_origin_only_and_a_dead_address_is_skipped(loopback):
+    loopback.route("/creds/final.jpg", serve.basic_auth("reader", "pw1", serve.image(JPEG)))
+    loopback.route("/creds/hop", serve.redirect("/creds/final.jpg"))
+    loopback.route("/creds/elsewhere.jpg", serve.image(JPEG))
+    # 'elsewhere.test' is another origin (same loopback): the credentials are not sent there.
+    loopback.route("/creds/away", serve.redirect(f"http://elsewhere.test:{loopback.port}/creds/elsewhere.jpg"))
 
     def resolver(host, port):  # 127.0.0.9 first: nothing listens there (the server is on 127.0.0.1 only).
         return ["127.0.0.9", "127.0.0.1"] if host == "elsewhere.test" else ["127.0.0.1"]
 
     fetcher = HttpFetcher(FAST, max_bytes=64 * 1024, resolver=resolver)
     try:
-        assert fetcher.fetch(server.url("/creds/hop", userinfo="reader:pw1@")) == JPEG
-        assert fetcher.fetch(server.url("/creds/away", userinfo="reader:pw1@")) == JPEG
-        assert "Authorization" not in server.headers("/creds/elsewhere.jpg")[-1]
-        assert server.headers("/creds/away")[-1]["Authorization"].startswith("Basic ")
+        assert fetcher.fetch(loopback.url("/creds/hop", userinfo="reader:pw1@")) == JPEG
+        assert fetcher.fetch(loopback.url("/creds/away", userinfo="reader:pw1@")) == JPEG
+        assert "Authorization" not in loopback.headers("/creds/elsewhere.jpg")[-1]
+        assert loopback.headers("/creds/away")[-1]["Authorization"].startswith("Basic ")
     finally:
         fetcher.close()
 
 
-def test_max_attempts_counts_every_hop_of_a_url(server, fetcher):
+def test_max_attempts_counts_every_hop_of_a_url(loopback, fetcher):
     """A chain of redirects whose every hop fails twice first gets --url_max_attempts tries in all, not per hop."""
     def storm(handler, number):
         hop = int(handler.path.rsplit("/", 1)[1])
         serve.flaky(2, 503, serve.redirect(f"/storm/{hop + 1}"))(handler, number)
 
     for hop in range(12):
-        server.route(f"/storm/{hop}", storm)
-    failure = failure_of(fetcher, server.url("/storm/0"))
+        loopback.route(f"/storm/{hop}", storm)
+    failure = failure_of(fetcher, loopback.url("/storm/0"))
     assert failure.reason == failures.HTTP_5XX
     # 3 failed tries in all (2 on the first hop, 1 on the second), and the one redirect between them.
-    assert sum(server.requests(f"/storm/{hop}") for hop in range(12)) == FAST.max_attempts + 1 == \
+    assert sum(loopback.requests(f"/storm/{hop}") for hop in range(12)) == FAST.max_attempts + 1 == \
         failure.fields["attempts"]
 
 
-def test_a_gzip_bomb_is_refused_by_its_ratio_before_it_fills_memory(server):
+def test_a_gzip_bomb_is_refused_by_its_ratio_before_it_fills_memory(loopback):
     import gzip
 
     bomb = gzip.compress(bytes(20 * 1024 * 1024))  # ~20 KB on the wire, 20 MB decoded.
     fetcher = HttpFetcher(FAST, max_bytes=256 * 1024 * 1024)
     try:
-        failure = failure_of(fetcher, server.route("/bomb/a.png", serve.raw_gzip(bomb)))
+        failure = failure_of(fetcher, loopback.route("/bomb/a.png", serve.raw_gzip(bomb)))
     finally:
         fetcher.close()
     assert failure.reason == failures.TOO_LARGE and "decodes to more than" in failure.detail
 
 
-def test_an_early_hints_answer_is_skipped(server, fetcher):
-    assert fetcher.fetch(server.route("/hints/a.jpg", serve.early_hints(serve.image(JPEG)))) == JPEG
+def test_an_early_hints_answer_is_skipped(loopback, fetcher):
+    assert fetcher.fetch(loopback.route("/hints/a.jpg", serve.early_hints(serve.image(JPEG)))) == JPEG
 
 
-def test_a_proxy_gets_its_credentials_from_its_url(server, monkeypatch):
-    server.route("/proxied-auth/a.jpg", serve.image(JPEG))
-    monkeypatch.setenv("http_proxy", f"http://pu:ProxyPw@127.0.0.1:{server.port}")
+def test_a_proxy_gets_its_credentials_from_its_url(loopback, monkeypatch):
+    loopback.route("/proxied-auth/a.jpg", serve.image(JPEG))
+    monkeypatch.setenv("http_proxy", f"http://pu:ProxyPw@127.0.0.1:{loopback.port}")
     monkeypatch.setenv("no_proxy", "")
     fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
     try:
         assert fetcher.fetch("http://images.example/proxied-auth/a.jpg") == JPEG
     finally:
         fetcher.close()
-    assert server.headers("/proxied-auth/a.jpg")[-1]["Proxy-Authorization"] == "Basic cHU6UHJveHlQdw=="
+    assert loopback.headers("/proxied-auth/a.jpg")[-1]["Proxy-Authorization"] == "Basic cHU6UHJveHlQdw=="
 
 
-def test_a_short_password_does_not_garble_the_detail(server, fetcher):
-    failure = failure_of(fetcher, server.url("/short/404", userinfo="u:e@"))
+def test_a_short_password_does_not_garble_the_detail(loopback, fetcher):
+    failure = failure_of(fetcher, loopback.url("/short/404", userinfo="u:e@"))
     assert failure.reason == failures.HTTP_404 and "answered 404 Not Found" in failure.detail

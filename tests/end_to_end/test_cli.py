@@ -56,21 +56,17 @@ def make_mixed_dataset(folder, good_count=24):
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
+def finished_run(tmp_path_factory, loopback):
     folder = tmp_path_factory.mktemp("mixed")
     csv_path, rows = make_mixed_dataset(folder)
     # One URL row, fetched in Beam's worker processes (the fetch settings pickle, the reader starts there).
-    server = http_server.LoopbackServer()
     image = imaging.quadrants(50, 70)
     image[..., 1] = 255
-    rows.append([server.route("/images/b.jpg", http_server.image(imaging.encode(image, "JPEG"))), "b", "train"])
+    rows.append([loopback.route("/images/b.jpg", http_server.image(imaging.encode(image, "JPEG"))), "b", "train"])
     imaging.write_csv(csv_path, ["path", "label", "split"], rows)
     out = folder / "out"
-    try:
-        result = run_cli("--input_csv", str(csv_path), "--output_dir", str(out), "--image_size", str(SIZE),
-                         "--max_error_rate", "0.25", "--url_allow_private")
-    finally:
-        server.close()
+    result = run_cli("--input_csv", str(csv_path), "--output_dir", str(out), "--image_size", str(SIZE),
+                     "--max_error_rate", "0.25", "--url_allow_private")
     return result, out, rows
 
 

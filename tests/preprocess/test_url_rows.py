@@ -23,13 +23,6 @@ FAST_FLAGS = ["--url_connect_timeout", "1", "--url_read_timeout", "0.5", "--url_
 
 
 @pytest.fixture(scope="module")
-def server():
-    server = serve.LoopbackServer()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def images(tmp_path_factory):
     """{name: bytes} of four small images, written to a folder too: (folder, images)."""
     folder = tmp_path_factory.mktemp("url_images")
@@ -55,31 +48,31 @@ def comparable(example):
 
 
 @pytest.mark.slow  # A whole job run (~9 s): in the full suite, not in the quick lane.
-def test_every_url_row_is_written_or_failed_with_its_reason(server, images, tmp_path, capsys):
+def test_every_url_row_is_written_or_failed_with_its_reason(loopback, images, tmp_path, capsys):
     folder, data = images
     good = {
-        "plain": server.route("/mix/a.jpg", serve.image(data["a.jpg"])),
-        "chunked": server.route("/mix/b.png", serve.chunked(data["b.png"], piece=64)),
-        "gzip": server.route("/mix/c.jpg", serve.gzipped(data["c.jpg"])),
-        "non_ascii": server.url("/mix/dé jà.png?q=ü"),
-        "password": server.url("/mix/secret.jpg", userinfo=f"reader:{PASSWORD}@"),
+        "plain": loopback.route("/mix/a.jpg", serve.image(data["a.jpg"])),
+        "chunked": loopback.route("/mix/b.png", serve.chunked(data["b.png"], piece=64)),
+        "gzip": loopback.route("/mix/c.jpg", serve.gzipped(data["c.jpg"])),
+        "non_ascii": loopback.url("/mix/dé jà.png?q=ü"),
+        "password": loopback.url("/mix/secret.jpg", userinfo=f"reader:{PASSWORD}@"),
     }
-    server.route("/mix/d%C3%A9%20j%C3%A0.png", serve.image(data["d.png"], "image/png"))
-    server.route("/mix/secret.jpg", serve.basic_auth("reader", PASSWORD, serve.image(data["a.jpg"])))
+    loopback.route("/mix/d%C3%A9%20j%C3%A0.png", serve.image(data["d.png"], "image/png"))
+    loopback.route("/mix/secret.jpg", serve.basic_auth("reader", PASSWORD, serve.image(data["a.jpg"])))
     twins = {"plain": "a.jpg", "chunked": "b.png", "gzip": "c.jpg", "non_ascii": "d.png", "password": "a.jpg"}
     hostile = {
-        server.route("/mix/404", serve.status(404)): failures.HTTP_404,
-        server.route("/mix/410", serve.status(410)): failures.HTTP_410,
-        server.route("/mix/500-then-ok", serve.flaky(1, 500, serve.image(data["c.jpg"]))): None,
-        server.route("/mix/503", serve.status(503)): failures.HTTP_5XX,
-        server.route("/mix/429", serve.status(429, {"Retry-After": "1"})): failures.HTTP_429,
-        server.route("/mix/loop", serve.redirect("/mix/loop")): failures.TOO_MANY_REDIRECTS,
-        server.route("/mix/trickle", serve.trickle(data["a.jpg"], every=0.1)): failures.TIMEOUT,
-        server.route("/mix/reset", serve.reset_mid_body(data["a.jpg"])): failures.CONNECTION_FAILED,
-        server.route("/mix/huge", serve.claims_length(2 * 1024 ** 3)): failures.TOO_LARGE,
-        server.route("/mix/page.html", serve.html()): failures.NOT_AN_IMAGE,
-        server.route("/mix/noai", serve.image(data["a.jpg"], headers={"X-Robots-Tag": "noai"})): failures.OPTED_OUT,
-        server.url("/mix/404", userinfo=f"reader:{PASSWORD}@").replace("/mix/404", "/mix/nope"): failures.HTTP_404,
+        loopback.route("/mix/404", serve.status(404)): failures.HTTP_404,
+        loopback.route("/mix/410", serve.status(410)): failures.HTTP_410,
+        loopback.route("/mix/500-then-ok", serve.flaky(1, 500, serve.image(data["c.jpg"]))): None,
+        loopback.route("/mix/503", serve.status(503)): failures.HTTP_5XX,
+        loopback.route("/mix/429", serve.status(429, {"Retry-After": "1"})): failures.HTTP_429,
+        loopback.route("/mix/loop", serve.redirect("/mix/loop")): failures.TOO_MANY_REDIRECTS,
+        loopback.route("/mix/trickle", serve.trickle(data["a.jpg"], every=0.1)): failures.TIMEOUT,
+        loopback.route("/mix/reset", serve.reset_mid_body(data["a.jpg"])): failures.CONNECTION_FAILED,
+        loopback.route("/mix/huge", serve.claims_length(2 * 1024 ** 3)): failures.TOO_LARGE,
+        loopback.route("/mix/page.html", serve.html()): failures.NOT_AN_IMAGE,
+        loopback.route("/mix/noai", serve.image(data["a.jpg"], headers={"X-Robots-Tag": "noai"})): failures.OPTED_OUT,
+        loopback.url("/mix/404", userinfo=f"reader:{PASSWORD}@").replace("/mix/404", "/mix/nope"): failures.HTTP_404,
         "ftp://127.0.0.1/x.jpg": failures.BAD_URL,
         "data:image/png;base64,iVBORw0KGgo=": failures.BAD_URL,
         "http://[::1/x.jpg": failures.BAD_URL,
@@ -119,9 +112,9 @@ def test_every_url_row_is_written_or_failed_with_its_reason(server, images, tmp_
 
     # errors.jsonl: the URL without its password, the status and the attempts.
     entries = {entry["source"]: entry for entry in outputs.errors(out)}
-    assert entries[server.url("/mix/503")]["http_status"] == 503
-    assert entries[server.url("/mix/503")]["attempts"] == 2
-    assert entries[server.url("/mix/404")]["attempts"] == 1
+    assert entries[loopback.url("/mix/503")]["http_status"] == 503
+    assert entries[loopback.url("/mix/503")]["attempts"] == 2
+    assert entries[loopback.url("/mix/404")]["attempts"] == 1
     assert entries["ftp://127.0.0.1/x.jpg"]["url"] == "ftp://127.0.0.1/x.jpg"
 
     # The password is nowhere: no file of the output, no line printed.
@@ -129,39 +122,39 @@ def test_every_url_row_is_written_or_failed_with_its_reason(server, images, tmp_
         for name in names:
             assert PASSWORD.encode() not in open(os.path.join(root, name), "rb").read(), name
     assert PASSWORD not in said.out + said.err
-    assert server.headers("/mix/secret.jpg")[-1]["Authorization"].startswith("Basic ")
+    assert loopback.headers("/mix/secret.jpg")[-1]["Authorization"].startswith("Basic ")
 
 
 @pytest.mark.slow  # A job run; common/test_http_fetch.py checks the refusal itself in the quick lane.
-def test_private_addresses_are_refused_without_the_flag(server, images, tmp_path):
+def test_private_addresses_are_refused_without_the_flag(loopback, images, tmp_path):
     folder, data = images
-    url = server.route("/private/a.jpg", serve.image(data["a.jpg"]))
+    url = loopback.route("/private/a.jpg", serve.image(data["a.jpg"]))
     csv_path = tmp_path / "private.csv"
     imaging.write_csv(csv_path, ["path"], [[url], [str(folder / "a.jpg")]])
     assert run_job(csv_path, tmp_path / "out") == 0
     assert outputs.reasons_by_source(tmp_path / "out") == {url: failures.BAD_URL}
     assert "--url_allow_private" in outputs.errors(tmp_path / "out")[0]["detail"]
-    assert server.requests("/private/a.jpg") == 0
+    assert loopback.requests("/private/a.jpg") == 0
 
 
 @pytest.mark.slow  # Four job runs (~12 s).
-def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(server, images, tmp_path, capsys):
+def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(loopback, images, tmp_path, capsys):
     folder, data = images
     state = {"down": True}
 
     def sometimes_down(handler, number):
         (serve.status(503) if state["down"] else serve.image(data["b.png"], "image/png"))(handler, number)
 
-    rows = [[server.route(f"/retry/{name}", serve.image(content)), "ok"] for name, content in sorted(data.items())]
-    rows += [[server.route("/retry/down.png", sometimes_down), "down"],
-             [server.route("/retry/gone", serve.status(404)), "gone"]]
+    rows = [[loopback.route(f"/retry/{name}", serve.image(content)), "ok"] for name, content in sorted(data.items())]
+    rows += [[loopback.route("/retry/down.png", sometimes_down), "down"],
+             [loopback.route("/retry/gone", serve.status(404)), "gone"]]
     csv_path = tmp_path / "retry.csv"
     imaging.write_csv(csv_path, ["path", "label"], rows)
     out, fresh = tmp_path / "out", tmp_path / "fresh"
 
     assert run_job(csv_path, out, "--url_allow_private") == 0
-    assert outputs.reasons_by_source(out) == {server.url("/retry/down.png"): failures.HTTP_5XX,
-                                              server.url("/retry/gone"): failures.HTTP_404}
+    assert outputs.reasons_by_source(out) == {loopback.url("/retry/down.png"): failures.HTTP_5XX,
+                                              loopback.url("/retry/gone"): failures.HTTP_404}
     statuses_before = {path: open(path, "rb").read() for path in _status_files(out)}
     # Nothing recovers: the shards and their statuses stay as they were.
     assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
@@ -169,13 +162,13 @@ def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(se
 
     assert "no row failed transiently" not in capsys.readouterr().err
     state["down"] = False
-    fetched = {path: server.requests(path) for path in ("/retry/a.jpg", "/retry/down.png", "/retry/gone")}
+    fetched = {path: loopback.requests(path) for path in ("/retry/a.jpg", "/retry/down.png", "/retry/gone")}
     assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
     assert "fetching again 1 row that failed transiently (http_5xx 1)" in capsys.readouterr().err
-    assert server.requests("/retry/a.jpg") == fetched["/retry/a.jpg"]  # Written rows are not fetched again,
-    assert server.requests("/retry/gone") == fetched["/retry/gone"]  # nor a 404,
-    assert server.requests("/retry/down.png") == fetched["/retry/down.png"] + 1  # only the transient one.
-    assert outputs.reasons_by_source(out) == {server.url("/retry/gone"): failures.HTTP_404}
+    assert loopback.requests("/retry/a.jpg") == fetched["/retry/a.jpg"]  # Written rows are not fetched again,
+    assert loopback.requests("/retry/gone") == fetched["/retry/gone"]  # nor a 404,
+    assert loopback.requests("/retry/down.png") == fetched["/retry/down.png"] + 1  # only the transient one.
+    assert outputs.reasons_by_source(out) == {loopback.url("/retry/gone"): failures.HTTP_404}
     keys = [key for shard in outputs.keys_by_shard(out).values() for key in shard]
     assert len(keys) == len(set(keys)) == len(rows) - 1
 
