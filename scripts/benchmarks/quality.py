@@ -63,7 +63,8 @@ def stage(count, folder, max_distance, band_bits, band_step, max_bucket):
              # chunk number
              | "Hashes" >> beam.FlatMap(chunk_hashes, guaranteed_distance(band_bits, band_step))
              # (id, hash)
-             | "FindPairs" >> FindHashPairs(max_distance, band_bits, band_step, max_bucket)
+             # As the quality job runs it: spanning edges (a planted pair of two is its own edge).
+             | "FindPairs" >> FindHashPairs(max_distance, band_bits, band_step, max_bucket, spanning=True)
              # (id_a, id_b, distance)
              | "Format" >> beam.Map(lambda pair: f"{pair[0]} {pair[1]}")
              | "Write" >> beam.io.WriteToText(prefix, num_shards=1))
