@@ -73,6 +73,31 @@ _DECODED_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] in formats.SUP
 _OTHER_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] not in formats.SUPPORTED)
 
 
+def _signature_table(signatures: Sequence[formats.Signature]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(format index [K], magic bytes uint8 [K, L], which of them count bool [K, L]) of fixed-offset signatures."""
+    length = max(offset + len(magic) for _, parts in signatures for offset, magic in parts)
+    table, counts = np.zeros([len(signatures), length], np.uint8), np.zeros([len(signatures), length], bool)
+    for row, (_, parts) in enumerate(signatures):
+        for offset, magic in parts:
+            assert offset != formats.ANYWHERE, "only fixed-offset signatures fit a table"
+            table[row, offset:offset + len(magic)] = np.frombuffer(magic, np.uint8)
+            counts[row, offset:offset + len(magic)] = True
+    return np.array([formats.NAMES.index(name) for name, _ in signatures], np.int32), table, counts
+
+
+# The decoded formats' signatures as one table: a dozen ops an image, against ~40 for one test per signature.
+_DECODED_INDEX, _DECODED_MAGIC, _DECODED_COUNTS = _signature_table(_DECODED_SIGNATURES)
+
+
+def _match_decoded(data: tf.Tensor) -> tf.Tensor:
+    """Index into formats.NAMES of the first decoded format whose signature `data` matches, else -1."""
+    head = tf.io.decode_raw(tf.strings.substr(data, 0, _DECODED_MAGIC.shape[1]), tf.uint8,
+                            fixed_length=_DECODED_MAGIC.shape[1])  # Zero-padded when shorter.
+    matches = tf.reduce_all(tf.logical_or(tf.equal(head, _DECODED_MAGIC), ~_DECODED_COUNTS), axis=1)
+    first = tf.argmax(tf.cast(matches, tf.int32), output_type=tf.int32)
+    return tf.where(tf.reduce_any(matches), tf.gather(_DECODED_INDEX, first), -1)
+
+
 def sniff_format(data: tf.Tensor | bytes) -> tf.Tensor:
     """Returns the container format of encoded bytes as an int32 index into `formats.NAMES`.
 
@@ -80,12 +105,16 @@ def sniff_format(data: tf.Tensor | bytes) -> tf.Tensor:
     file name: 0..4 are the decoded formats (jpeg, png, gif, bmp, webp), higher
     indices formats recognised only to name them, -1 anything else.
     """
-    # Zero-padded, so that reading a signature's bytes never runs off the end of a short file.
-    head = tf.strings.join([tf.strings.substr(tf.convert_to_tensor(data, tf.string), 0, formats.SNIFF_BYTES),
-                            b"\0" * _SIGNATURE_BYTES])
-    decoded = _match_signatures(head, _DECODED_SIGNATURES)
+    data = tf.convert_to_tensor(data, tf.string)
+    decoded = _match_decoded(data)
+
+    def other() -> tf.Tensor:
+        # Zero-padded, so that reading a signature's bytes never runs off the end of a short file.
+        head = tf.strings.join([tf.strings.substr(data, 0, formats.SNIFF_BYTES), b"\0" * _SIGNATURE_BYTES])
+        return _match_signatures(head, _OTHER_SIGNATURES)
+
     # Only bytes of no decoded format pay for the longer list (and its text search).
-    return tf.cond(decoded >= 0, lambda: decoded, lambda: _match_signatures(head, _OTHER_SIGNATURES))
+    return tf.cond(decoded >= 0, lambda: decoded, other)
 
 
 def _webp_dimensions(data: tf.Tensor) -> tf.Tensor:
@@ -140,8 +169,12 @@ def exif_orientation(data: tf.Tensor | bytes) -> tf.Tensor:
     # The identifier must open an APP1 segment: FF E1, then a 2-byte length.
     marker = tf.strings.substr(prefix, tf.maximum(tf.strings.length(prefix) - 4, 0), 2)
     found = tf.logical_and(found, tf.equal(marker, b"\xff\xe1"))
-    tiff = tf.where(found, parts[-1], b"")
+    # Most photos carry no EXIF: only those pay for reading its IFD (~40 ops an image).
+    return tf.cond(found, lambda: _tiff_orientation(parts[-1]), lambda: tf.constant(1, tf.int32))
 
+
+def _tiff_orientation(tiff: tf.Tensor) -> tf.Tensor:
+    """The orientation tag (1..8) of IFD0 of the TIFF structure that starts `tiff`; 1 when absent or invalid."""
     raw = tf.cast(tf.io.decode_raw(tf.strings.substr(tiff, 0, _EXIF_SEARCH_BYTES), tf.uint8), tf.int64)
     size = tf.size(raw, out_type=tf.int64)
     raw = tf.concat([raw, tf.zeros([16], tf.int64)], 0)  # Keeps every gather below in range.
@@ -306,6 +339,15 @@ def decode_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, heigh
             image = apply_orientation(tf.io.decode_jpeg(data, channels=3), orientation)
             return image, _whole_box(image)
         index = jpeg_shrink_index(height_width, shrink_to, resize_mode)
+        # Most photos need neither: they skip ~30 ops of scales and turns (the result is the same).
+        return tf.cond(tf.logical_and(tf.equal(index, 0), tf.equal(orientation, 1)), whole,
+                       lambda: scaled_or_turned(index, orientation))
+
+    def whole() -> tuple[tf.Tensor, tf.Tensor]:
+        image = tf.io.decode_jpeg(data, channels=3)
+        return image, _whole_box(image)
+
+    def scaled_or_turned(index: tf.Tensor, orientation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # `ratio` must be a constant: one decode op per scale, one of them runs.
         image = tf.switch_case(index, [
             lambda ratio=ratio: tf.io.decode_jpeg(data, channels=3, ratio=ratio) for ratio in (1, 2, 4, 8)])
@@ -449,8 +491,10 @@ def _area_shrink(image: tf.Tensor, start: tf.Tensor, extent: tf.Tensor, height: 
     length = tf.clip_by_value(tf.cast(tf.round(extent), tf.int32), 1, shape)
     first = tf.clip_by_value(tf.cast(tf.round(start), tf.int32), 0, shape - length)
     window = image[first[0]:first[0] + length[0], first[1]:first[1] + length[1]]
-    resized = tf.image.resize(window, [height, width], method="area")
-    return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+    # The op itself, without tf.image.resize's wrapping: ~10 ops fewer an image, the same numbers.
+    resized = tf.raw_ops.ResizeArea(images=window[None], size=tf.constant([height, width]))[0]
+    # An area mean of 0..255 lies within 0..255 (to float error far below a half), so rounding needs no clip.
+    return tf.cast(tf.round(resized), tf.uint8)
 
 
 def _triangle_center_crop(image: tf.Tensor, image_size: int, side: tf.Tensor, start: tf.Tensor) -> tf.Tensor:
