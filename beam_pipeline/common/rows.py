@@ -356,6 +356,8 @@ def _refuse_unreadable_scheme(path: str) -> None:
     """
     from apache_beam.io.filesystems import FileSystems
 
+    if ":" not in path:
+        return  # No scheme: a local path (redacting and matching it cost ~60 us a row).
     shown = redact_url(path)
     if urls.is_http_url(path):
         raise urls.bad_url(f"{shown}: URL rows are fetched by the preprocess job only; download the image first",
@@ -472,14 +474,48 @@ def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> byte
     if not path:
         raise failures.RowFailure(failures.FILE_NOT_FOUND, "the row's path is empty")
     _refuse_unreadable_scheme(path)
+    data = _read_regular_local_file(path, max_bytes)
+    if data is not None:
+        return _checked_size(data, max_bytes)
     _refuse_special_file(path)
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             data = f.read(max_bytes + 1)
     except Exception as error:  # noqa: BLE001 - remote filesystems wrap errors in their own types.
         raise _read_failure(path, error) from None
+    return _checked_size(data, max_bytes)
+
+
+def _checked_size(data: bytes, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise failures.RowFailure(failures.TOO_LARGE_FILE, f"more than --max_file_bytes={max_bytes} bytes")
     if not data:
         raise failures.RowFailure(failures.EMPTY_FILE, "0 bytes")
+    return data
+
+
+def _read_regular_local_file(path: str, max_bytes: int) -> bytes | None:
+    """The bytes of a plain local path naming a regular file, read at its size (at most max_bytes + 1).
+
+    None for anything else (a scheme, a missing or unreadable file, a FIFO, a device, a folder): the
+    general path reads it or says why not. The job reads every row here: through Beam's filesystem a
+    110 KiB photo took 77 us of CPU against 22, mostly a 256 MiB buffer allocated and shrunk for
+    each `read(max_bytes + 1)`.
+    """
+    import os
+    import stat
+
+    if "://" in path:
+        return None
+    try:
+        status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode):
+            return None  # Never opened: opening a FIFO blocks, a device may act.
+        size = min(status.st_size, max_bytes) + 1
+        with open(path, "rb", buffering=0) as f:
+            data = f.read(size)
+            if len(data) == size and size <= max_bytes:  # It grew since the stat: read on, to the limit.
+                data += f.read(max_bytes + 1 - size)
+    except (OSError, ValueError):  # ValueError: a NUL in the path. The general path explains both.
+        return None
     return data

@@ -170,3 +170,25 @@ def test_remote_paths_keep_their_mapping(monkeypatch, exists, reason, detail):
     with pytest.raises(failures.RowFailure) as caught:
         source.read_image_bytes("gs://bucket/a.jpg")
     assert (caught.value.reason, caught.value.detail) == (reason, detail)
+
+
+def test_a_local_file_is_read_whole_up_to_max_bytes_and_refused_past_it(tmp_path):
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(b"\xff\xd8\xff" + bytes(range(256)) * 40)
+    size = path.stat().st_size
+    assert source.read_image_bytes(str(path), max_bytes=size) == path.read_bytes()
+    with pytest.raises(failures.RowFailure) as caught:
+        source.read_image_bytes(str(path), max_bytes=size - 1)
+    assert caught.value.reason == failures.TOO_LARGE_FILE
+    path.write_bytes(b"")
+    with pytest.raises(failures.RowFailure) as caught:
+        source.read_image_bytes(str(path))
+    assert caught.value.reason == failures.EMPTY_FILE
+
+
+def test_a_fifo_is_refused_without_being_opened(tmp_path):
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)  # Opening it to read would block until a writer came: the row must fail at once.
+    with pytest.raises(failures.RowFailure) as caught:
+        source.read_image_bytes(str(fifo))
+    assert caught.value.reason == failures.READ_ERROR and "a FIFO, not a regular file" in caught.value.detail
