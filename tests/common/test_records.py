@@ -5,7 +5,9 @@ import io
 import pytest
 import tensorflow as tf
 
-from beam_pipeline.common.records import DamagedRecords, frame_record, iter_records, read_records
+from beam_pipeline.common.records import DamagedRecords, example_bytes, frame_record, iter_records, read_records
+from tf_serving_input import features
+from tf_serving_input.codecs import CODECS
 
 
 def test_framing_reads_with_tfrecorddataset(tmp_path):
@@ -59,3 +61,39 @@ def test_read_records_at_gives_offsets_a_seek_reads_back():
     for offset, record in found:
         stream.seek(offset)
         assert next(read_records_at(stream, offset=offset)) == (offset, record)
+
+
+def _reference_example(stored, codec, image_size, source, key, label):
+    """The same Example through TensorFlow's protobuf classes: what example_bytes must equal, byte for byte."""
+    def text(value):
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    def number(value):
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        codec.feature_key: text(stored), features.IMAGE_FORMAT: text(codec.name.encode("ascii")),
+        features.IMAGE_HEIGHT: number(image_size), features.IMAGE_WIDTH: number(image_size),
+        features.IMAGE_CHANNELS: number(3), features.IMAGE_SOURCE: text(source.encode("utf-8")),
+        features.IMAGE_KEY: text(key.encode("ascii")), features.LABEL_TEXT: text(label.encode("utf-8")),
+    })).SerializeToString(deterministic=True)
+
+
+@pytest.mark.parametrize("codec_name", sorted(CODECS))
+@pytest.mark.parametrize("stored, image_size, source, label", [
+    (bytes(range(256)) * 588, 224, "images/cat.jpg", "cat"),  # A 224 px raw image's size: multi-byte lengths.
+    (b"", 1, "", ""),  # Empty fields are still written.
+    (b"\x00\n\"'", 2**20, "a\x00b\nc,\"d\u00e9\U0001f600" + "x" * 10_000, "\u00e9t\u00e9\x00\n\"" * 50),
+])
+def test_example_bytes_are_what_tensorflow_serializes_and_parse_back(codec_name, stored, image_size, source, label):
+    codec = CODECS[codec_name]
+    record = example_bytes(stored, codec, image_size, source, "0123456789abcdef", label)
+    assert record == _reference_example(stored, codec, image_size, source, "0123456789abcdef", label)
+    parsed = tf.io.parse_single_example(record, {  # A standard Example decoder reads every field back.
+        codec.feature_key: tf.io.FixedLenFeature([], tf.string),
+        features.IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
+        features.IMAGE_SOURCE: tf.io.FixedLenFeature([], tf.string),
+        features.LABEL_TEXT: tf.io.FixedLenFeature([], tf.string)})
+    assert parsed[codec.feature_key].numpy() == stored and parsed[features.IMAGE_HEIGHT].numpy() == image_size
+    assert parsed[features.IMAGE_SOURCE].numpy().decode("utf-8") == source
+    assert parsed[features.LABEL_TEXT].numpy().decode("utf-8") == label

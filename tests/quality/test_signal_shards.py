@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from beam_pipeline.common.records import make_example
+from beam_pipeline.common.records import example_bytes
 from beam_pipeline.quality import signal_shards, signals
 from tf_serving_input.codecs import CODECS, to_bytes
 from tf_serving_input.features import PreprocessConfig
@@ -14,8 +14,8 @@ CONFIG = PreprocessConfig(image_size=SIZE, image_format="raw")
 
 def records_of(images):
     codec = CODECS["raw"]
-    return [make_example(to_bytes(codec.encode(tf.constant(image), CONFIG)), codec, SIZE, f"img-{i}.png",
-                         f"{i:016x}", f"label-{i % 3}").SerializeToString(deterministic=True)
+    return [example_bytes(to_bytes(codec.encode(tf.constant(image), CONFIG)), codec, SIZE, f"img-{i}.png",
+                          f"{i:016x}", f"label-{i % 3}")
             for i, image in enumerate(images)]
 
 

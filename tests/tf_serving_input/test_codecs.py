@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import imaging
-from beam_pipeline.common.records import make_example
+from beam_pipeline.common.records import example_bytes
 from tf_serving_input import features
 from tf_serving_input.codecs import CODECS, parse_record, parse_records, to_bytes
 from tf_serving_input.features import PreprocessConfig
@@ -18,8 +18,7 @@ def stored_record(image_format, image, size=32):
     config = PreprocessConfig(image_size=size, image_format=image_format)
     codec = CODECS[image_format]
     stored = to_bytes(codec.encode(image, config))
-    example = make_example(stored, codec, size, "a.png", "0123456789abcdef", "cat")
-    return example.SerializeToString(deterministic=True), stored, config
+    return example_bytes(stored, codec, size, "a.png", "0123456789abcdef", "cat"), stored, config
 
 
 @pytest.mark.parametrize("image_format", sorted(CODECS))
