@@ -62,6 +62,10 @@ def parse_args(argv, description):
     parser.add_argument("--readme", default=None,
                         help="The README whose table (between its benchmark-table markers) is rewritten "
                              "(default: README.md beside --docs_dir; left alone when missing).")
+    parser.add_argument("--job_only", action="store_true",
+                        help="Only the job's sections (1: the job against its baselines, 5: the stage table), on "
+                             "both photo sets; prints the ratios and leaves the docs alone (~10 min with "
+                             "--memory_factor 4).")
     args = parser.parse_args(argv)
     if args.repetitions < 1:
         parser.error("--repetitions must be at least 1")
@@ -89,6 +93,11 @@ def main(argv=None, description=None):
 
     jobs = {image_set.name: job.measure(bench, image_set, out_name)
             for image_set, out_name in ((heavy, f"out_{bench.config_values['image_format']}"), (light, "out_light"))}
+    if args.job_only:
+        stages.measure(bench, (heavy, light))
+        for ratio in bench.results.ratios:
+            say(f"{ratio.name} [{ratio.images}]: {ratio.summary()}")
+        return 0
     storage.measure(bench, jobs["heavy"])
     for image_set in (heavy, light):
         reader.measure(bench, image_set, jobs[image_set.name], records_ratios=image_set is heavy)

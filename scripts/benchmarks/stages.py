@@ -16,7 +16,6 @@ import tempfile
 import time
 
 from benchmarks.harness import CORES
-from benchmarks.storage import read_file
 from benchmarks.targets import STAGES_TABLE
 
 SIZE = 224
@@ -27,6 +26,7 @@ def stage_milliseconds(paths, config_values, count):
     import tensorflow as tf
 
     from beam_pipeline.common.records import example_bytes, frame_record, framing_of
+    from beam_pipeline.common.rows import read_image_bytes
     from beam_pipeline.common.runners import configure_tensorflow_threads
     from beam_pipeline.preprocess.row_preprocessor import ROWS_PER_CALL
     from tf_serving_input.codecs import codec_for, to_bytes
@@ -66,7 +66,7 @@ def stage_milliseconds(paths, config_values, count):
     def batches(items):
         return [items[start:start + ROWS_PER_CALL] for start in range(0, len(items), ROWS_PER_CALL)]
 
-    datas = timed("read", read_file, paths)
+    datas = timed("read", read_image_bytes, paths)  # The job's own read.
     timed("inspect (format, size, EXIF)", inspect, [tf.constant(batch) for batch in batches(datas)])
     # Decode, resize and encode one image per call: what a call costs on top is taken out (an empty call's time).
     empty = tf.function(lambda data: tf.strings.length(data), input_signature=[scalar])

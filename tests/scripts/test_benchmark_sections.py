@@ -65,6 +65,7 @@ def test_every_section_module_imports_and_the_command_explains_itself():
     result = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--repetitions" in result.stdout and "ratios against baselines" in result.stdout
+    assert "--job_only" in result.stdout
 
 
 @pytest.fixture
