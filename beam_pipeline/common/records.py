@@ -87,6 +87,8 @@ def _bytes_feature(value: bytes) -> list[bytes]:
 
 def _int64_feature(value: int) -> list[bytes]:
     """Feature{int64_list: Int64List{value: [value]}} (packed, as proto3 writes it) as wire-format pieces."""
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"Value out of range: {value}")  # As TensorFlow's Int64List says it.
     number = _varint(value & 0xFFFFFFFFFFFFFFFF)  # Negative int64s are ten-byte varints.
     listed = [_FIELD_1, _varint(len(number)), number]
     return [_FIELD_3, _varint(_length(listed)), *listed]

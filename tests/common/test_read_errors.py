@@ -192,3 +192,16 @@ def test_a_fifo_is_refused_without_being_opened(tmp_path):
     with pytest.raises(failures.RowFailure) as caught:
         source.read_image_bytes(str(fifo))
     assert caught.value.reason == failures.READ_ERROR and "a FIFO, not a regular file" in caught.value.detail
+
+
+@pytest.mark.slow  # Reads 2.2 GB (of a sparse file: no disk) into memory.
+def test_a_file_one_read_call_cannot_return_whole_is_still_read_to_its_limit(tmp_path):
+    # Linux returns at most 2,147,479,552 bytes from one read(2): a single unbuffered read of a bigger file
+    # took its first 2 GiB for the whole file (the hostile trial of issue 39's read path).
+    path = tmp_path / "padded.jpg"
+    with open(path, "wb") as f:
+        f.write(b"\xff\xd8\xff")
+        f.truncate(2_500_000_000)
+    with pytest.raises(failures.RowFailure) as caught:
+        source.read_image_bytes(str(path), max_bytes=2_200_000_000)
+    assert caught.value.reason == failures.TOO_LARGE_FILE

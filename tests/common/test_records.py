@@ -97,3 +97,10 @@ def test_example_bytes_are_what_tensorflow_serializes_and_parse_back(codec_name,
     assert parsed[codec.feature_key].numpy() == stored and parsed[features.IMAGE_HEIGHT].numpy() == image_size
     assert parsed[features.IMAGE_SOURCE].numpy().decode("utf-8") == source
     assert parsed[features.LABEL_TEXT].numpy().decode("utf-8") == label
+
+
+def test_example_bytes_refuses_a_size_no_int64_holds_as_tensorflow_does():
+    with pytest.raises(ValueError, match="Value out of range"):
+        _reference_example(b"", CODECS["raw"], 2**63, "a.png", "0123456789abcdef", "")
+    with pytest.raises(ValueError, match="Value out of range"):
+        example_bytes(b"", CODECS["raw"], 2**63, "a.png", "0123456789abcdef", "")
