@@ -9,6 +9,7 @@ browser download is not used.
 """
 
 import shutil
+import time
 
 import pytest
 
@@ -61,7 +62,12 @@ def page(browser, tmp_path):
 
 def loaded_images(page):
     """How many <img> on the page have loaded with a real size (not a broken image), once all have settled."""
-    page.wait_for_function("Array.from(document.images).every(i => i.complete)", timeout=30_000)
+    # Polled from here: wait_for_function polls by eval() in the page, which the UI's policy (script-src 'self')
+    # refuses whenever the images have not all settled at its first look (a CI run failed so).
+    deadline = time.monotonic() + 30
+    while not page.evaluate("Array.from(document.images).every(i => i.complete)"):
+        assert time.monotonic() < deadline, "the page's images did not settle within 30 s"
+        page.wait_for_timeout(50)
     return page.evaluate("Array.from(document.images).filter(i => i.complete && i.naturalWidth > 0).length")
 
 
