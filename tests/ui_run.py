@@ -8,6 +8,7 @@
 - `write_quality_folder(folder, job_dir)`: the real quality job's output over that job output, and what it
   found, read back from its Parquet independently of the UI.
 - `start_ui(*flags, log_path)`: the UI's command line on a free port, as a server process; `stop_ui`.
+- `read_answer_head(sock)`: the head of the server's answer on a raw socket (the slow-client tests).
 """
 
 import json
@@ -110,3 +111,14 @@ def start_ui(*flags, log_path, port=None):
 
 
 stop_ui = scaleout.stop_server
+
+
+def read_answer_head(sock):
+    """The head of the server's answer on `sock` (read until the blank line, or until it closes)."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        answer += chunk
+    return answer

@@ -22,6 +22,7 @@ import pytest
 import imaging
 import in_process
 import scaleout
+import ui_run
 from conftest import UI_UPLOAD_READ_TIMEOUT, UI_UPLOAD_TIMEOUT
 from tf_serving_input.layout import PredictionLayout
 
@@ -106,17 +107,6 @@ def test_every_page_forbids_inline_script_and_has_none(ui_server):
     assert css.status_code == 200 and css.headers["content-type"].startswith("text/css") and "nav {" in css.text
 
 
-def _read_answer(sock):
-    """The head of the server's answer on `sock` (read until the blank line, or until it closes)."""
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        answer += chunk
-    return answer
-
-
 UPLOAD_HEAD = ("POST /search HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=x\r\n"
                "Content-Length: 5000\r\n\r\n--x\r\nContent-Disposition: form-data; name=\"image\"; "
                "filename=\"a.jpg\"\r\n\r\n\xff\xd8\xff")
@@ -127,7 +117,7 @@ def test_an_upload_that_stops_sending_is_cut_off_by_the_read_timeout(ui_server):
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=UI_UPLOAD_TIMEOUT * 4) as stalled:
         stalled.sendall(UPLOAD_HEAD.format(host=f"{host}:{port}").encode("latin-1"))  # Then nothing more.
-        answer = _read_answer(stalled)
+        answer = ui_run.read_answer_head(stalled)
         assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
         assert b"connection: close" in answer.lower()
         rest = b""

@@ -195,12 +195,7 @@ def test_an_upload_that_stalls_is_answered_408_and_frees_its_connection(ui_serve
             f"filename=\"a.jpg\"\r\n\r\n\xff\xd8\xff").encode("latin-1")
     with socket.create_connection((host, int(port)), timeout=UPLOAD_TIMEOUT * 4) as stalled:
         stalled.sendall(head)  # Then nothing: the other ~4,900 bytes never come.
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = stalled.recv(65536)
-            if not chunk:
-                break
-            answer += chunk
+        answer = ui_run.read_answer_head(stalled)
         assert answer.startswith(b"HTTP/1.1 408"), answer[:300]
         assert b"connection: close" in answer.lower(), answer[:300]
         try:
