@@ -16,6 +16,7 @@ serving request sees. A decode op that fails on bad data raises its own error.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -56,46 +57,51 @@ def _big_endian(raw: tf.Tensor) -> tf.Tensor:
     return _little_endian(tf.reverse(raw, [0]))
 
 
-def _match_signatures(head: tf.Tensor, signatures: Sequence[formats.Signature]) -> tf.Tensor:
-    """Index into formats.NAMES of the first of `signatures` that `head` matches, else -1."""
-    index = tf.constant(-1, tf.int32)
-    for name, parts in reversed(signatures):  # Built back to front: the first match wins.
-        matches = [tf.strings.regex_full_match(head, "(?s).*" + "".join(f"\\x{b:02x}" for b in magic) + ".*")
-                   if offset == formats.ANYWHERE
-                   else tf.equal(tf.strings.substr(head, offset, len(magic)), magic)
-                   for offset, magic in parts]
-        index = tf.where(tf.reduce_all(tf.stack(matches)), formats.NAMES.index(name), index)
+@dataclasses.dataclass(frozen=True)
+class _SignatureTable:
+    """Signatures as arrays: the fixed-offset ones as one byte table, the text ones (ANYWHERE) apart."""
+
+    index: np.ndarray  # int32 [K]: each fixed-offset signature's index into formats.NAMES.
+    magic: np.ndarray  # uint8 [K, L]: its magic bytes at their offsets.
+    counts: np.ndarray  # bool [K, L]: which of those bytes it checks.
+    text: tuple[tuple[int, bytes], ...]  # (index into formats.NAMES, magic) of the text signatures, in order.
+
+
+def _signature_table(signatures: Sequence[formats.Signature]) -> _SignatureTable:
+    fixed = [s for s in signatures if all(offset != formats.ANYWHERE for offset, _ in s[1])]
+    text = [s for s in signatures if s not in fixed]
+    # The first match wins: the table is checked before the text search, so text signatures must come last.
+    assert list(signatures) == fixed + text and all(len(parts) == 1 for _, parts in text), signatures
+    length = max(offset + len(magic) for _, parts in fixed for offset, magic in parts)
+    magic, counts = np.zeros([len(fixed), length], np.uint8), np.zeros([len(fixed), length], bool)
+    for row, (_, parts) in enumerate(fixed):
+        for offset, part in parts:
+            magic[row, offset:offset + len(part)] = np.frombuffer(part, np.uint8)
+            counts[row, offset:offset + len(part)] = True
+    return _SignatureTable(np.array([formats.NAMES.index(name) for name, _ in fixed], np.int32), magic, counts,
+                           tuple((formats.NAMES.index(name), parts[0][1]) for name, parts in text))
+
+
+def _match_signatures(data: tf.Tensor, table: _SignatureTable) -> tf.Tensor:
+    """Index into formats.NAMES of the first signature of `table` that `data` matches, else -1.
+
+    One comparison of the table for all fixed-offset signatures (a dozen ops, against ~40 for one
+    test per signature), then a text search per text signature within the first SNIFF_BYTES.
+    """
+    length = table.magic.shape[1]
+    head = tf.io.decode_raw(tf.strings.substr(data, 0, length), tf.uint8, fixed_length=length)  # Zero-padded.
+    matches = tf.reduce_all(tf.logical_or(tf.equal(head, table.magic), ~table.counts), axis=1)
+    first = tf.argmax(tf.cast(matches, tf.int32), output_type=tf.int32)
+    index = tf.where(tf.reduce_any(matches), tf.gather(table.index, first), -1)
+    start = tf.strings.substr(data, 0, formats.SNIFF_BYTES)
+    for name_index, magic in reversed(table.text):  # Back to front: the first match wins.
+        found = tf.strings.regex_full_match(start, "(?s).*" + "".join(f"\\x{b:02x}" for b in magic) + ".*")
+        index = tf.where(tf.logical_and(index < 0, found), name_index, index)
     return index
 
 
-_SIGNATURE_BYTES = max(offset + len(magic) for _, parts in formats.SIGNATURES for offset, magic in parts)
-_DECODED_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] in formats.SUPPORTED)
-_OTHER_SIGNATURES = tuple(s for s in formats.SIGNATURES if s[0] not in formats.SUPPORTED)
-
-
-def _signature_table(signatures: Sequence[formats.Signature]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(format index [K], magic bytes uint8 [K, L], which of them count bool [K, L]) of fixed-offset signatures."""
-    length = max(offset + len(magic) for _, parts in signatures for offset, magic in parts)
-    table, counts = np.zeros([len(signatures), length], np.uint8), np.zeros([len(signatures), length], bool)
-    for row, (_, parts) in enumerate(signatures):
-        for offset, magic in parts:
-            assert offset != formats.ANYWHERE, "only fixed-offset signatures fit a table"
-            table[row, offset:offset + len(magic)] = np.frombuffer(magic, np.uint8)
-            counts[row, offset:offset + len(magic)] = True
-    return np.array([formats.NAMES.index(name) for name, _ in signatures], np.int32), table, counts
-
-
-# The decoded formats' signatures as one table: a dozen ops an image, against ~40 for one test per signature.
-_DECODED_INDEX, _DECODED_MAGIC, _DECODED_COUNTS = _signature_table(_DECODED_SIGNATURES)
-
-
-def _match_decoded(data: tf.Tensor) -> tf.Tensor:
-    """Index into formats.NAMES of the first decoded format whose signature `data` matches, else -1."""
-    head = tf.io.decode_raw(tf.strings.substr(data, 0, _DECODED_MAGIC.shape[1]), tf.uint8,
-                            fixed_length=_DECODED_MAGIC.shape[1])  # Zero-padded when shorter.
-    matches = tf.reduce_all(tf.logical_or(tf.equal(head, _DECODED_MAGIC), ~_DECODED_COUNTS), axis=1)
-    first = tf.argmax(tf.cast(matches, tf.int32), output_type=tf.int32)
-    return tf.where(tf.reduce_any(matches), tf.gather(_DECODED_INDEX, first), -1)
+_DECODED_SIGNATURES = _signature_table([s for s in formats.SIGNATURES if s[0] in formats.SUPPORTED])
+_OTHER_SIGNATURES = _signature_table([s for s in formats.SIGNATURES if s[0] not in formats.SUPPORTED])
 
 
 def sniff_format(data: tf.Tensor | bytes) -> tf.Tensor:
@@ -106,15 +112,9 @@ def sniff_format(data: tf.Tensor | bytes) -> tf.Tensor:
     indices formats recognised only to name them, -1 anything else.
     """
     data = tf.convert_to_tensor(data, tf.string)
-    decoded = _match_decoded(data)
-
-    def other() -> tf.Tensor:
-        # Zero-padded, so that reading a signature's bytes never runs off the end of a short file.
-        head = tf.strings.join([tf.strings.substr(data, 0, formats.SNIFF_BYTES), b"\0" * _SIGNATURE_BYTES])
-        return _match_signatures(head, _OTHER_SIGNATURES)
-
+    decoded = _match_signatures(data, _DECODED_SIGNATURES)
     # Only bytes of no decoded format pay for the longer list (and its text search).
-    return tf.cond(decoded >= 0, lambda: decoded, other)
+    return tf.cond(decoded >= 0, lambda: decoded, lambda: _match_signatures(data, _OTHER_SIGNATURES))
 
 
 def _webp_dimensions(data: tf.Tensor) -> tf.Tensor:
