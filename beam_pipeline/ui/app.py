@@ -7,7 +7,6 @@ path it was given: images are found by key in the record index.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import os
@@ -29,6 +28,7 @@ from beam_pipeline.ui.guard import AllowedHosts, Guard
 from beam_pipeline.ui.neighbours import NeighbourSearch
 from beam_pipeline.ui.quality import QualityRun
 from beam_pipeline.ui.run_data import JobRun, PredictRun
+from beam_pipeline.ui.upload_form import UploadTimedOut, read_form
 from tf_serving_input import failures
 
 PAGE_SIZE = 48
@@ -261,25 +261,13 @@ def create_app(state: UiState, hosts: AllowedHosts | None = None) -> FastAPI:
             refuse(411, "POST /search needs a Content-Length (a browser's form upload sends one)")
         if int(declared) > limit + 64 * 1024:  # Refused before a byte is parsed (64 KiB for the form's framing).
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
-        # A client that declares a body and stops sending would hold its connection and this task forever.
         # Two limits: the whole body within `deadline` (a trickle of a byte a second is cut off too), and
         # no wait of more than --upload_read_timeout for the next piece (a stall is cut off sooner).
         deadline = max(state.upload_timeout, int(declared) / UPLOAD_MIN_RATE)
-        receive, clock = request.receive, asyncio.get_running_loop().time
-        last_piece = [clock()]
-
-        async def receive_in_time() -> Any:
-            message = await asyncio.wait_for(receive(), state.upload_read_timeout)
-            last_piece[0] = clock()
-            return message
-
         try:
-            form = await asyncio.wait_for(Request(request.scope, receive_in_time).form(max_files=1, max_fields=8),
-                                          deadline)
-        except TimeoutError:
-            # Told apart by the silence itself, not by which timer fired first (both are due at once when the
-            # loop was busy).
-            if clock() - last_piece[0] >= state.upload_read_timeout:
+            form = await read_form(request, deadline, state.upload_read_timeout, max_files=1, max_fields=8)
+        except UploadTimedOut as timed_out:
+            if timed_out.silent:
                 refuse(408, f"the upload sent nothing for {state.upload_read_timeout:g} s (--upload_read_timeout): "
                             "send it again", close=True)
             refuse(408, f"the upload did not arrive within {deadline:g} s (--upload_timeout): send it again",
