@@ -47,6 +47,7 @@ def test_inside_the_window_start_up_lines_are_dropped_and_the_rest_kept_in_order
     assert result.stderr.splitlines() == ["before", *KEPT, "after"]
 
 
+@pytest.mark.slow  # A fresh interpreter importing TensorFlow: the full suite's, not the everyday lane's.
 def test_outside_an_import_nothing_is_delayed_or_lost_when_the_process_dies():
     code = ("import os, signal, sys\nfrom beam_pipeline.common.quiet import quiet_startup\nquiet_startup([])\n"
             "import tensorflow\nprint('last words', file=sys.stderr, flush=True)\n"

@@ -53,6 +53,7 @@ def test_attempts_racing_in_threads_leave_one_complete_shard(tmp_path):
     assert_one_verified_shard(root)
 
 
+@pytest.mark.slow  # Four fresh interpreters: the full suite's; the threads' race above stays in the everyday lane.
 def test_attempts_racing_in_processes_leave_one_complete_shard(tmp_path):
     root = prepared_folder(tmp_path)
     context = multiprocessing.get_context("spawn")
@@ -146,6 +147,8 @@ def test_a_shard_lost_after_the_pipeline_fails_the_run_naming_it(tmp_path, monke
     assert outputs.manifest(out)["written"] == 10 and len(outputs.shard_paths(out)) == 3
 
 
+@pytest.mark.slow  # A whole run of the job, for its notice on stderr; tests/common/test_run_lock.py takes
+# over a dead run's lock in the everyday lane.
 def test_a_lock_left_by_a_dead_run_is_taken_over_with_a_notice(tmp_path, capsys):
     csv_path = imaging.small_dataset(tmp_path, count=3)
     out = tmp_path / "out"

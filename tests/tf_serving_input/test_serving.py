@@ -60,6 +60,7 @@ def test_export_signatures_inputs_and_outputs(tiny_job, classifier_export, loade
     serve.close()
 
 
+@pytest.mark.slow  # `saved_model_cli` is a fresh interpreter importing TensorFlow: the full suite's alone.
 def test_every_loader_answers_the_same(tiny_job, classifier_export, tmp_path):
     """tf.saved_model.load, the session loader TF Serving uses, and `saved_model_cli run` agree."""
     _, folder, _ = tiny_job
