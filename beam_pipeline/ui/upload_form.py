@@ -5,7 +5,7 @@ its connection and the task reading it for as long as it likes.
 Both limits are `asyncio.timeout` scopes in the reading task itself. `asyncio.wait_for` is not safe here on
 Python 3.11: when the deadline's cancellation lands in the same turn of the event loop as a piece of the body,
 it returns the piece and drops the cancellation (python/cpython#86296), and a trickle that lands on that turn
-is then read for as long as it keeps trickling (one CI run in three, before this module).
+is then read for as long as it keeps trickling (the UI's trickle test hit it in one run of three to five).
 """
 
 from __future__ import annotations
