@@ -41,6 +41,8 @@ HTTP_5XX = "http_5xx"
 TOO_MANY_REDIRECTS = "too_many_redirects"
 TOO_LARGE = "too_large"
 OPTED_OUT = "opted_out"
+# A file: URL cell naming another machine's file (beam_pipeline/common/file_urls.py).
+REMOTE_FILE_URL = "remote_file_url"
 
 REASONS = {
     FILE_NOT_FOUND: ("the path names no file: nothing is there, a symbolic link points at nothing, or a name on "
@@ -62,9 +64,11 @@ REASONS = {
     INPUT_SHARD_DAMAGED: ("the job's shard holding the row is truncated, or does not match the SHA-256 in the job's "
                           "manifest or its records' CRCs (the detail says which): it was not predicted"),
     UNSTORABLE_TEXT: "the row holds text the database cannot store (a NUL byte): it is in Parquet, not in the table",
-    BAD_URL: ("the URL cannot be fetched: a scheme other than http(s) (ftp:, data:, ...; file:// and the Beam "
+    BAD_URL: ("the URL cannot be fetched: a scheme other than http(s) (ftp:, data:, ...; file: URLs and the Beam "
               "filesystems' schemes are files), an unparsable URL, a redirect without a Location or to another "
-              "scheme, or an address on a loopback, private or link-local network without --url_allow_private"),
+              "scheme, or an address on a loopback, private or link-local network without --url_allow_private; "
+              "or a file: URL that names no file: a relative path (file:a.jpg), a query or fragment, an encoded "
+              "'/' (%2F) or NUL (%00)"),
     DNS_FAILED: "the URL's host name does not resolve",
     CONNECTION_FAILED: ("the connection was refused, reset or closed before the whole body came, after "
                         "--url_max_attempts attempts"),
@@ -81,6 +85,8 @@ REASONS = {
     TOO_LARGE: "the server's body is larger than --max_file_bytes (refused as it streams, or from Content-Length)",
     OPTED_OUT: ("the server opted the image out of AI use (X-Robots-Tag noai, noimageai, noindex or noimageindex, "
                 "for all agents or for beam-image-pipeline): it is not written"),
+    REMOTE_FILE_URL: ("a file: URL names a host other than localhost (file://HOST/path): another machine's file, "
+                      "which is not read; file:///path and file://localhost/path are this machine's files"),
 }
 
 # Failures a later `--retry_failed` run fetches again: they may not happen twice.

@@ -109,12 +109,18 @@ def summarize_statuses(statuses: Sequence[Status]) -> tuple[dict[str, Any], list
 
 
 def build_manifest(job: JobConfig, statuses: Sequence[Status], statistics: tuple[list[float], list[float], list[str]],
-                   wall_seconds: float, runner: str | None) -> tuple[dict[str, Any], list[Status]]:
-    """The manifest dict (see README "Output contract"); errors sorted by CSV line."""
+                   wall_seconds: float, runner: str | None,
+                   label_cells: dict[str, int] | None = None) -> tuple[dict[str, Any], list[Status]]:
+    """The manifest dict (see README "Output contract"); errors sorted by CSV line.
+
+    `label_cells`: how many label cells the CSV's read changed (`stripped` of surrounding whitespace,
+    `blank`: whitespace only, read as unlabeled), recorded so the summary can say so.
+    """
     summary, failures = summarize_statuses(statuses)
     mean, std, vocabulary = statistics
     return {
         **summary,
+        **({"label_cells": dict(label_cells)} if label_cells is not None else {}),
         "statistics": {"split": "train", "pixel_mean": mean, "pixel_std": std,
                        "label_vocabulary": vocabulary},
         "config": job.to_dict(),
@@ -156,6 +162,11 @@ def _counts(manifest: dict[str, Any], done: str) -> list[SummaryRow]:
     rows += [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
     if "fetch" in manifest:  # URL rows: how many, and what came over the network.
         rows.append(("URL rows", f"{manifest['fetch']['urls']}, {manifest['fetch']['bytes'] / 2**20:.1f} MiB fetched"))
+    cells = manifest.get("label_cells", {})  # What the CSV's read changed, so that nothing changes silently.
+    if cells.get("stripped"):
+        rows.append(("labels stripped", f"{cells['stripped']} had surrounding spaces, stripped"))
+    if cells.get("blank"):
+        rows.append(("labels blank", f"{cells['blank']} held only spaces: unlabeled"))
     return rows
 
 

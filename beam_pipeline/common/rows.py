@@ -12,13 +12,14 @@ import csv
 import dataclasses
 import errno
 import hashlib
+import itertools
 import math
 import posixpath
 import re
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from beam_pipeline.common import terminal, urls
+from beam_pipeline.common import file_urls, path_hints, terminal, urls
 from beam_pipeline.common.redact import redact_url
 from tf_serving_input import failures
 
@@ -67,7 +68,7 @@ class Row:
       line: 1-based line of the CSV where the row starts (for messages).
       source: the path exactly as written in the CSV.
       path: `source` resolved against the CSV's folder when relative.
-      label: the label text, '' when unlabeled.
+      label: the label text without surrounding whitespace, '' when unlabeled (a blank cell too).
       split: the split name ('train' when the CSV has no split column).
       key: stable hexadecimal key of the row (see `row_key`).
       fetch_url: for an http(s) URL with a password only: the URL as written, which only the fetch
@@ -102,6 +103,10 @@ class CsvSummary:
     rows_per_split: dict[str, int]
     has_label: bool
     has_split: bool
+    # Label cells the read changed (counted so that nothing changes silently): surrounding whitespace
+    # stripped, and whitespace only (read as unlabeled).
+    labels_stripped: int = 0
+    labels_blank: int = 0
 
 
 class RowLike(Protocol):
@@ -245,6 +250,8 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
         raise CsvError(f"{csv_path}: line {line}: label '{terminal.shown(label)}' holds {_LABEL_BREAKERS[bad]}, "
                        "which a label cannot hold (the statistics' vocabulary is one label per line, and the "
                        "database's text cannot hold NUL): remove it")
+    # As split cells are: 'cat ' and ' cat' are the class 'cat', and a blank cell is unlabeled, not a class.
+    label = label.strip()
     source = cell(path_at)
     fetch_url = ""
     if urls.is_http_url(source):
@@ -254,6 +261,8 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
         path = source.strip()
     elif urls.refused_scheme(source):
         path = source.strip()  # Not a relative file: read_image_bytes fails it as bad_url.
+    elif file_urls.is_file_url(source):
+        path = source.strip()  # read_image_bytes reads the file it names (RFC 8089), or fails the row.
     else:
         path = resolve_path(source, csv_path) if source.strip() else ""
     return Row(index=index, line=line, source=source, path=path, label=label, split=split,
@@ -287,15 +296,23 @@ def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns()) -> CsvSumma
     pipeline would choke on is refused here with the line that is wrong.
     """
     per_split: dict[str, int] = {}
-    rows = 0
-    for row in iter_rows(csv_path, columns):
+    rows = stripped = blank = 0
+    read = iter_rows_with_cells(csv_path, columns)
+    first = next(read, None)  # The CSV opened and its header checked first: a CsvError names what is wrong.
+    header = read_header(csv_path)
+    label_at = header.index(columns.label) if columns.label in header else None
+    for row, cells in itertools.chain([first] if first else [], read):
         rows += 1
         per_split[row.split] = per_split.get(row.split, 0) + 1
+        written = cells[label_at] if label_at is not None and label_at < len(cells) else ""
+        if written != row.label:
+            stripped += bool(row.label)
+            blank += not row.label
     if rows == 0:
         raise CsvError(f"{csv_path}: the CSV has a header but no data rows")
-    header = read_header(csv_path)
     return CsvSummary(rows=rows, rows_per_split=dict(sorted(per_split.items())),
-                      has_label=columns.label in header, has_split=columns.split in header)
+                      has_label=label_at is not None, has_split=columns.split in header,
+                      labels_stripped=stripped, labels_blank=blank)
 
 
 def shard_counts_for(num_shards: int, csv_summary: CsvSummary) -> dict[str, int]:
@@ -384,10 +401,10 @@ def _refuse_special_file(path: str) -> None:
     import os
     import stat
 
-    if "://" in path and not path.startswith("file://"):
+    if "://" in path:
         return
     try:
-        mode = os.stat(path.removeprefix("file://")).st_mode
+        mode = os.stat(path).st_mode
     except (OSError, ValueError):
         return  # Absent or unreadable: the open below says which.
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
@@ -406,7 +423,7 @@ def _exists(path: str) -> bool:
 
 
 def _is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
+    return "://" not in path
 
 
 def _os_error(error: BaseException, path: str) -> OSError | None:
@@ -467,23 +484,47 @@ def _read_failure(path: str, error: BaseException) -> failures.RowFailure:
 
 
 def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:
-    """The bytes of a file, through Beam's filesystems (any scheme); raises RowFailure."""
+    """The bytes of a file: a local path, a `file:` URL (RFC 8089) or any Beam filesystem's; raises RowFailure."""
+    if not path:
+        raise failures.RowFailure(failures.FILE_NOT_FOUND, "the row's path is empty")
+    if file_urls.is_file_url(path):  # Beam reads no file://: the path it names is read like any other.
+        path = file_urls.local_path(path)
+    else:
+        _refuse_unreadable_scheme(path)
+    try:
+        data = _read_regular_local_file(path, max_bytes)
+        if data is None:
+            _refuse_special_file(path)
+            data = _read_through_beam(path, max_bytes)
+    except failures.RowFailure as failure:
+        raise _explained(failure, path) from None
+    return _checked_size(data, max_bytes)
+
+
+def _read_through_beam(path: str, max_bytes: int) -> bytes:
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
 
-    if not path:
-        raise failures.RowFailure(failures.FILE_NOT_FOUND, "the row's path is empty")
-    _refuse_unreadable_scheme(path)
-    data = _read_regular_local_file(path, max_bytes)
-    if data is not None:
-        return _checked_size(data, max_bytes)
-    _refuse_special_file(path)
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            data = f.read(max_bytes + 1)
+            data: bytes = f.read(max_bytes + 1)
     except Exception as error:  # noqa: BLE001 - remote filesystems wrap errors in their own types.
         raise _read_failure(path, error) from None
-    return _checked_size(data, max_bytes)
+    return data
+
+
+def _explained(failure: failures.RowFailure, path: str) -> failures.RowFailure:
+    """`failure` with a missing local file's near match named, and a name's non-UTF-8 bytes made writable.
+
+    Only a failed read gets here: the happy path pays nothing for the hint.
+    """
+    detail = failure.detail
+    if failure.reason == failures.FILE_NOT_FOUND and _is_local(path):
+        near = path_hints.near_match(path)
+        if near is not None:
+            detail = f"{detail}: no such file; did you mean '{terminal.escaped(near[0])}' ({near[1]})?"
+    detail = path_hints.safe_text(detail)
+    return failure if detail == failure.detail else failures.RowFailure(failure.reason, detail, failure.fields)
 
 
 def _checked_size(data: bytes, max_bytes: int) -> bytes:

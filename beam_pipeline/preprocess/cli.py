@@ -17,11 +17,18 @@ PROG = "beam-image-pipeline preprocess"
 build_parser = job_options.build_parser
 
 
-def run_fingerprint(job):
-    """What makes two runs the same run: the configuration and the CSV's content."""
+def run_fingerprint(job, csv_summary=None):
+    """What makes two runs the same run: the configuration and the CSV's content.
+
+    A CSV whose label cells the read changes (stripped, or blank: issue 55) also records that: an earlier
+    version wrote such labels unstripped, so its folder is another run's (refused, or --overwrite), never
+    resumed into shards that disagree. Any other CSV's fingerprint is what it was, and resumes as before.
+    """
     from beam_pipeline.common.files import file_digest
 
-    return {"config": job.to_dict(), "input_csv_sha256": file_digest(job.input_csv)}
+    changed = csv_summary is not None and (csv_summary.labels_stripped or csv_summary.labels_blank)
+    return {"config": job.to_dict(), "input_csv_sha256": file_digest(job.input_csv),
+            **({"labels": "stripped"} if changed else {})}
 
 
 def tensorflow_unwritable(path):
@@ -101,7 +108,7 @@ class PreprocessLauncher(Launcher):
         self.csv_summary = csv_rows.summarize_csv(self.job.input_csv, self.job.columns)
 
     def fingerprint(self):
-        return run_fingerprint(self.job)
+        return run_fingerprint(self.job, self.csv_summary)
 
     def run(self, finished_earlier, step, run_log):
         from apache_beam.io.filesystems import FileSystems
@@ -133,7 +140,8 @@ class PreprocessLauncher(Launcher):
         step.now(f"writing the manifest to {layout.root}")
         statistics = read_statistics(job.output_dir)
         runner = self.pipeline_options.view_as(StandardOptions).runner
-        manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner)
+        label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
+        manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])

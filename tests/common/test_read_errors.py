@@ -205,3 +205,46 @@ def test_a_file_one_read_call_cannot_return_whole_is_still_read_to_its_limit(tmp
     with pytest.raises(failures.RowFailure) as caught:
         source.read_image_bytes(str(path), max_bytes=2_200_000_000)
     assert caught.value.reason == failures.TOO_LARGE_FILE
+
+
+def hint_of(tmp_path, cell):
+    """The file_not_found detail of a CSV row whose path cell is `cell` (resolved as the job resolves it)."""
+    csv_path = tmp_path / "in.csv"
+    csv_path.write_text('path\n"' + cell.replace('"', '""') + '"\n', encoding="utf-8")
+    row = next(source.iter_rows(str(csv_path)))
+    with pytest.raises(failures.RowFailure) as caught:
+        source.read_image_bytes(row.path)
+    assert caught.value.reason == failures.FILE_NOT_FOUND, caught.value
+    return caught.value.detail
+
+
+@pytest.mark.parametrize("on_disk, cell, why", [
+    ("a.jpg", " a.jpg", "surrounding spaces"),
+    ("a.jpg", "a.jpg\t ", "surrounding spaces"),
+    ("photos/a.jpg", "photos /a.jpg", "surrounding spaces"),
+    ("caf\u00e9.jpg", "cafe\u0301.jpg", "NFC"),  # An NFD cell, an NFC-named file.
+    ("cafe\u0301.jpg", "caf\u00e9.jpg", "NFD"),  # And the other way round.
+    ("\u00e9t\u00e9/cafe\u0301.jpg", " e\u0301te\u0301/caf\u00e9.jpg ", "NFC"),  # Each name as it is on disk.
+])
+def test_a_path_that_almost_names_a_file_gets_a_hint(tmp_path, on_disk, cell, why):
+    target = tmp_path / on_disk
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(b"x")
+    detail = hint_of(tmp_path, cell)
+    assert f"did you mean '{target}'" in detail and why in detail, detail
+    assert detail.startswith(os.path.join(str(tmp_path), cell)), detail  # The path read comes first, as before.
+
+
+def test_an_absolute_path_after_spaces_gets_a_hint(tmp_path):
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    (tmp_path / "csv").mkdir()
+    detail = hint_of(tmp_path / "csv", f"  {tmp_path / 'a.jpg'}")  # Resolved as relative: csv/  /tmp/.../a.jpg.
+    assert f"did you mean '{tmp_path / 'a.jpg'}'" in detail, detail
+
+
+def test_a_hint_is_made_safe_to_show_and_absent_without_a_near_match(tmp_path):
+    (tmp_path / "a\x1b[2J\u202e.jpg").write_bytes(b"x")
+    detail = hint_of(tmp_path, " a\x1b[2J\u202e.jpg")
+    assert "did you mean" in detail and "\x1b" not in detail.split("did you mean")[1], detail
+    assert "\\x1b[2J\\u202e.jpg'" in detail
+    assert hint_of(tmp_path, "b.jpg") == str(tmp_path / "b.jpg")  # No near match: the detail is the path alone.

@@ -72,3 +72,17 @@ def test_the_summary_escapes_and_cuts_labels_the_manifest_keeps_whole(manifest_a
     summary = report.format_summary(manifest, OutputLayout(str(tmp_path)))
     assert "\u202e" not in summary and "\x1b" not in summary and "\\u202eLLL" in summary and "cat\\x1b[2J" in summary
     assert max(map(len, summary.splitlines())) < 200  # Not ten thousand characters in the terminal.
+
+
+def test_the_summary_counts_the_labels_the_csv_read_changed(manifest_and_failures, tmp_path):
+    manifest, _ = manifest_and_failures
+    layout = OutputLayout(str(tmp_path))
+    assert "spaces" not in report.format_summary(manifest, layout)  # Nothing changed: no line.
+    job, _ = options.parse_args(["--input_csv", "in.csv", "--output_dir", "out"])
+    manifest, _ = report.build_manifest(job, [status("train-00000-of-00001", "train", 2, 2)],
+                                        ([1.0] * 3, [1.0] * 3, ["cat"]), 2.0, "FnApiRunner",
+                                        label_cells={"stripped": 173, "blank": 171})
+    assert manifest["label_cells"] == {"stripped": 173, "blank": 171}
+    lines = [" ".join(line.split()) for line in report.format_summary(manifest, layout).splitlines()]
+    assert "labels stripped 173 had surrounding spaces, stripped" in lines, lines
+    assert "labels blank 171 held only spaces: unlabeled" in lines, lines

@@ -108,3 +108,18 @@ def test_row_keys_are_the_rows_keys_in_file_order_and_a_csv_without_rows_is_refu
     assert len(set(source.row_keys(csv_path))) == 3  # The same path twice: two rows, two keys.
     with pytest.raises(source.CsvError, match="no data rows"):
         source.row_keys(write(tmp_path, "path,label\n"))
+
+
+def test_labels_are_stripped_like_splits_and_a_blank_label_is_unlabeled(tmp_path):
+    csv_path = write(tmp_path, 'path,label,split\na.jpg,cat, train\nb.jpg,cat ,train\nc.jpg, cat,train\n'
+                               'd.jpg,"   ",train\ne.jpg,"\t\u00a0",train\nf.jpg,,train\ng.jpg,"tab\there ",train\n')
+    rows = list(source.iter_rows(csv_path))
+    assert [row.label for row in rows] == ["cat", "cat", "cat", "", "", "", "tab\there"]
+    summary = source.summarize_csv(csv_path)
+    assert (summary.labels_stripped, summary.labels_blank) == (3, 2)  # 'cat ', ' cat', 'tab\there '; '   ', '\t\xa0'.
+
+
+def test_a_rows_key_does_not_depend_on_its_label(tmp_path):
+    spaced = [row.key for row in source.iter_rows(write(tmp_path, "path,label\na.jpg, cat \nb.jpg,   \n", "s.csv"))]
+    plain = [row.key for row in source.iter_rows(write(tmp_path, "path,label\na.jpg,cat\nb.jpg,\n", "p.csv"))]
+    assert spaced == plain

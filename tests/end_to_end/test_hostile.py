@@ -5,6 +5,9 @@ rows == written + failed. The table this test prints (pytest -s) is the list in 
 """
 
 
+import unicodedata
+import urllib.parse
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -57,6 +60,20 @@ def hostile_files():
     return files
 
 
+def odd_rows(folder):
+    """Path cell -> (label, expected reason or None when written): file: URLs, stray spaces, near misses."""
+    quoted = urllib.parse.quote(str(folder / "größe 大きい ñ.png"))
+    return {
+        f"file://{quoted}": ("x ", None),  # A file: URL is that file (RFC 8089, percent-encoded).
+        f"FILE://localhost{quoted}": (" x", None),
+        f"file://nas.example{quoted}": ("x", "remote_file_url"),  # Another machine's file: refused, not read.
+        "file:größe.png": ("x", "bad_url"),  # A file: URL's path is absolute.
+        "./gray.jpg": ("   ", None),  # A blank label: unlabeled.
+        " png named.jpg": ("x", "file_not_found"),  # Near misses: named in the detail, never read.
+        unicodedata.normalize("NFD", "größe 大きい ñ.png"): ("x", "file_not_found"),
+    }
+
+
 @pytest.fixture(scope="module")
 def hostile_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile")
@@ -69,6 +86,7 @@ def hostile_run(tmp_path_factory):
             (folder / name).write_bytes(data)
         rows.append([name, "x"])
     rows.append(["png named.jpg", "x"])  # A duplicate row: written twice, under two keys.
+    rows += [[cell, label] for cell, (label, _) in odd_rows(folder).items()]
     imaging.write_csv(folder / "in.csv", ["path", "label"], rows)
     out = folder / "out"
     # In this process (tests/in_process.py): each row's outcome is decided inside the pipeline, whatever the
@@ -77,11 +95,11 @@ def hostile_run(tmp_path_factory):
                                    "--image_size", SIZE, "--image_format", "png", "--max_error_rate", "0.5",
                                    "--no_progress")
     assert result.returncode == 0, result.stderr[-3000:]
-    return files, rows, out
+    return files, rows, out, result.stdout
 
 
 def test_every_hostile_input_is_written_or_explained(hostile_run):
-    files, rows, out = hostile_run
+    files, rows, out, _ = hostile_run
     manifest = outputs.manifest(out)
     errors = {e["source"]: e for e in outputs.errors(out)}
     images = outputs.images_by_source(out)
@@ -101,7 +119,7 @@ def test_every_hostile_input_is_written_or_explained(hostile_run):
 
 
 def test_duplicates_are_kept_apart_and_exif_orientations_agree(hostile_run):
-    _, _, out = hostile_run
+    _, _, out, _ = hostile_run
     images = outputs.images_by_source(out)
     duplicates = images["png named.jpg"]
     assert len(duplicates) == 2 and duplicates[0][0] != duplicates[1][0]
@@ -111,3 +129,30 @@ def test_duplicates_are_kept_apart_and_exif_orientations_agree(hostile_run):
         assert np.abs(turned - upright).mean() < 2.0, orientation  # Same upright picture.
     reference = images["png named.jpg"][0][1].astype(int)
     assert np.abs(upright - reference).mean() < 3.0
+
+
+def test_file_urls_are_files_labels_are_stripped_and_near_misses_are_named(hostile_run):
+    _, _, out, summary = hostile_run
+    errors = {e["source"]: e for e in outputs.errors(out)}
+    images = outputs.images_by_source(out)
+    odd = odd_rows(out.parent)
+    for cell, (_, reason) in odd.items():
+        if reason is None:
+            assert cell in images and cell not in errors, (cell, errors.get(cell))
+        else:
+            assert errors.get(cell, {}).get("reason") == reason and cell not in images, (cell, errors.get(cell))
+    name = str(out.parent / "größe 大きい ñ.png")
+    twin = images["größe 大きい ñ.png"][0][1]
+    assert all((images[cell][0][1] == twin).all() for cell in list(odd)[:2])  # The file's own pixels.
+    assert f"did you mean '{out.parent / 'png named.jpg'}' (surrounding spaces removed)" in \
+        errors[" png named.jpg"]["detail"]
+    assert f"did you mean '{name}' (the name in Unicode NFC)" in errors[list(odd)[-1]]["detail"]
+    # Labels: the stray spaces go, a blank one is unlabeled, and the summary and manifest say how many.
+    labels = {example["image/source"].decode(): example["label/text"].decode() for example in outputs.all_examples(out)}
+    assert [labels[cell] for cell in list(odd)[:2]] == ["x", "x"] and labels["./gray.jpg"] == ""
+    manifest = outputs.manifest(out)
+    assert manifest["statistics"]["label_vocabulary"] == ["x"]
+    assert manifest["label_cells"] == {"stripped": 2, "blank": 1}
+    lines = [" ".join(line.split()) for line in summary.splitlines()]
+    assert "labels stripped 2 had surrounding spaces, stripped" in lines, summary
+    assert "labels blank 1 held only spaces: unlabeled" in lines, summary

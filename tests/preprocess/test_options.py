@@ -51,3 +51,20 @@ def test_io_bound_work_runs_in_threads_whichever_way_the_mode_was_given(given):
 
     args = runners.for_io_bound_work(["--runner=FnApiRunner", *given, "--direct_num_workers=2"])
     assert args == ["--runner=FnApiRunner", "--direct_num_workers=2", "--direct_running_mode=multi_threading"]
+
+
+def test_a_csv_with_spaced_labels_is_another_run_than_one_an_earlier_version_wrote(tmp_path):
+    """Labels are stripped since issue 55: an earlier version's shards of such a CSV hold them unstripped, so its
+    folder is not resumed (--overwrite); a CSV without spaced labels resumes as before."""
+    from beam_pipeline.common import rows
+    from beam_pipeline.preprocess import cli
+
+    spaced, plain = tmp_path / "spaced.csv", tmp_path / "plain.csv"
+    spaced.write_text("path,label\na.jpg, cat\nb.jpg,   \n", encoding="utf-8")
+    plain.write_text("path,label\na.jpg,cat\nb.jpg,\n", encoding="utf-8")
+    for csv_path, changed in ((spaced, True), (plain, False)):
+        job, _ = options.parse_args(["--input_csv", str(csv_path), "--output_dir", str(tmp_path / "out")])
+        before = cli.run_fingerprint(job)  # What an earlier version recorded in run.json.
+        now = cli.run_fingerprint(job, rows.summarize_csv(job.input_csv, job.columns))
+        assert (now != before) == changed
+        assert now == cli.run_fingerprint(job, rows.summarize_csv(job.input_csv, job.columns))

@@ -1,5 +1,7 @@
 """The assembled pipeline in TestPipeline: shards, accounting and TFT statistics against NumPy."""
 
+import urllib.parse
+
 import apache_beam as beam
 import numpy as np
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -22,12 +24,15 @@ def test_statistics_and_vocabulary_match_numpy(tmp_path):
     rows = [["path", "label", "split"]]
     train_pixels = []
     config = PreprocessConfig(image_size=SIZE, image_format="png", resize_mode="stretch")
-    labels = ["b", "a", "b", "", "c", "b", "a", ""]
+    # Labels with stray spaces are the label they spell; a blank one is unlabeled (issue 55).
+    labels = [" b", "a ", "b", "   ", "c", "b\t", "a", ""]
     for i, label in enumerate(labels):
         image = rng.integers(0, 256, size=(12, 10, 3), dtype=np.uint8)
         data = imaging.encode(image, "PNG")
-        (tmp_path / f"{i}.png").write_bytes(data)
-        rows.append([f"{i}.png", label, "train"])
+        (tmp_path / f"{i} é.png").write_bytes(data)
+        # Two rows name their file by a file: URL (RFC 8089, percent-encoded), as a file.
+        path = {2: "file://", 5: "FILE://localhost"}.get(i, "") + urllib.parse.quote(str(tmp_path / f"{i} é.png"))
+        rows.append([path if i in (2, 5) else f"{i} é.png", label, "train"])
         train_pixels.append(pp.preprocess_image(data, config).numpy())
     for i in range(3):  # Validation rows: a far-off colour and label that must not count.
         (tmp_path / f"v{i}.png").write_bytes(imaging.encode(imaging.solid((255, 255, 255)), "PNG"))
