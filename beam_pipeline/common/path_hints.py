@@ -21,21 +21,26 @@ _SURROGATE = re.compile("[\udc80-\udcff]")
 
 def _variants(name: str) -> list[tuple[str, set[str]]]:
     """(variant, what changed) of one name on a path, the name itself first."""
-    found: list[tuple[str, set[str]]] = []
     stripped = name.strip()
-    for base, changes in ((name, set()), (stripped, {"surrounding spaces removed"})):
-        for form in ("", "NFC", "NFD"):
-            text = unicodedata.normalize(form, base) if form else base  # type: ignore[arg-type]
-            change = changes | ({f"the name in Unicode {form}"} if form and text != base else set())
+    bases = [(name, set[str]())] + ([(stripped, {"surrounding spaces removed"})] if stripped != name else [])
+    found = list(bases)
+    for base, changes in bases:
+        if base.isascii():
+            continue  # The usual name: no other Unicode form.
+        for form in ("NFC", "NFD"):
+            text = unicodedata.normalize(form, base)
             if all(text != seen for seen, _ in found):
-                found.append((text, change))
+                found.append((text, changes | {f"the name in Unicode {form}"}))
     return found
 
 
 def _walk(path: str) -> tuple[str, set[str]] | None:
     """The existing path reached name by name, each name as written or its first variant that exists."""
-    current, changes = "/", set[str]()
-    for name in path.split("/"):
+    current, changes, rest = "/", set[str](), path
+    folder, _, last = path.rpartition("/")
+    if folder and os.path.isdir(folder):  # The usual miss: only the file's own name is tried (a few stats).
+        current, rest = folder, last
+    for name in rest.split("/"):
         if not name:
             continue
         for variant, change in _variants(name):
