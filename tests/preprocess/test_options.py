@@ -56,15 +56,23 @@ def test_io_bound_work_runs_in_threads_whichever_way_the_mode_was_given(given):
 def test_a_csv_with_spaced_labels_is_another_run_than_one_an_earlier_version_wrote(tmp_path):
     """Labels are stripped since issue 55: an earlier version's shards of such a CSV hold them unstripped, so its
     folder is not resumed (--overwrite); a CSV without spaced labels resumes as before."""
-    from beam_pipeline.common import rows
+    from beam_pipeline.common import output_dir, rows
     from beam_pipeline.preprocess import cli
+    from tf_serving_input.layout import OutputLayout
 
     spaced, plain = tmp_path / "spaced.csv", tmp_path / "plain.csv"
     spaced.write_text("path,label\na.jpg, cat\nb.jpg,   \n", encoding="utf-8")
     plain.write_text("path,label\na.jpg,cat\nb.jpg,\n", encoding="utf-8")
     for csv_path, changed in ((spaced, True), (plain, False)):
-        job, _ = options.parse_args(["--input_csv", str(csv_path), "--output_dir", str(tmp_path / "out")])
+        out = tmp_path / f"out-{csv_path.stem}"
+        job, _ = options.parse_args(["--input_csv", str(csv_path), "--output_dir", str(out)])
         before = cli.run_fingerprint(job)  # What an earlier version recorded in run.json.
         now = cli.run_fingerprint(job, rows.summarize_csv(job.input_csv, job.columns))
         assert (now != before) == changed
         assert now == cli.run_fingerprint(job, rows.summarize_csv(job.input_csv, job.columns))
+        output_dir.prepare(OutputLayout(str(out)), before, overwrite=False)  # The earlier version's folder.
+        if changed:
+            with pytest.raises(output_dir.OutputDirError, match="different input or configuration"):
+                output_dir.prepare(OutputLayout(str(out)), now, overwrite=False)
+        else:
+            assert output_dir.prepare(OutputLayout(str(out)), now, overwrite=False) == 0  # Resumed.
