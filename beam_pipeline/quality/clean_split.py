@@ -65,8 +65,8 @@ def check_moves(images: Images, moves: dict[str, str], max_moved: float) -> Spli
         if out and out == total:
             problems.append(f"it would empty split {split!r} (all {total} of its images moved out)")
         elif out > max_moved * total:
-            problems.append(f"it would move {out} of split {split!r}'s {total} images out ({out / total:.0%}), more "
-                            f"than --max_split_moved {max_moved:g}")
+            problems.append(f"it would move {out} of the {total} images of split {split!r} out ({out / total:.0%}), "
+                            f"more than --max_split_moved {max_moved:g}")
     return SplitCheck(before, after, moved_out, problems)
 
 

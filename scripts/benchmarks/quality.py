@@ -128,6 +128,55 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
     return result
 
 
+def planted_embedding_accuracy(export_dir, image_size=224):
+    """The embedding signal on the planted photos, by an export's serving_default (as the predict job embeds).
+
+    Every pair's real cosine distance (the job verifies the candidates its bands propose, a subset), at the
+    former fixed --embedding_distance 0.05 and at the calibrated distance (labels: each photo's class; one
+    picture by the perceptual hash, as findings.py decides). Returns {"fixed"/"calibrated": accuracy dict with
+    "distance" and "largest_group"}, and the calibration's note.
+    """
+    import tensorflow as tf
+
+    from beam_pipeline.common.query_embedding import QueryEmbedder
+    from beam_pipeline.quality import embedding_pairs, groups
+    from beam_pipeline.quality.cli import QualityConfig
+    from beam_pipeline.quality.pairs import hamming
+    from beam_pipeline.quality.signals import image_signals_graph
+    from benchmarks import planted
+    from tf_serving_input.features import PreprocessConfig
+
+    defaults = QualityConfig(input_dir="", output_dir="")
+    items = planted.planted_set(planted.distinct_pictures())
+    hashes = image_signals_graph(tf.constant(planted.stored_images(items, PreprocessConfig(image_size=image_size))))[
+        "phash"].numpy().view(np.uint64)
+    embedder = QueryEmbedder(export_dir)
+    vectors = np.stack([embedder.embed(data) for _, _, _, data in items])
+    distances = 1.0 - vectors @ vectors.T
+    keys = [name for name, _, _, _ in items]
+    labels = {name: next(c for c in planted.CLASSES if base.startswith(c)) for name, _, base, _ in items}
+    position = {key: i for i, key in enumerate(keys)}
+    verified_to = embedding_pairs.verify_distance(None, defaults.label_error_distance)
+    upper = np.triu_indices(len(items), 1)
+    close = distances[upper] <= verified_to
+    neighbours = [(keys[a], keys[b], float(d)) for a, b, d in zip(upper[0][close], upper[1][close],
+                                                                   distances[upper][close], strict=True)]
+
+    def same_picture(a, b):
+        i, j = position[a], position[b]
+        return int(hamming(hashes[i:i + 1], hashes[j])[0]) <= defaults.hash_distance
+
+    chosen = embedding_pairs.choose_distance(None, neighbours, labels, same_picture, verified_to)
+    out = {"calibration": chosen.note}
+    for name, distance in (("fixed", embedding_pairs.AUTO_MAX_DISTANCE), ("calibrated", chosen.distance)):
+        found = [(position[a], position[b]) for a, b, d in neighbours if d <= distance]
+        result = planted.accuracy(items, hashes, found)
+        result["distance"] = distance
+        result["largest_group"] = groups.largest_set(len(items), found)
+        out[name] = result
+    return out
+
+
 def measure(bench):
     from beam_pipeline.quality.cli import QualityConfig
 
@@ -165,8 +214,14 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description="One run of the quality job's pair finding on synthetic hashes.")
     parser.add_argument("--hashes", type=int, default=SMALL)
+    parser.add_argument("--embeddings", metavar="EXPORT_DIR",
+                        help="Instead: the embedding signal's recall and precision on the planted photos with this "
+                             "export (e.g. output/sample/serving_model), at 0.05 and calibrated; prints JSON.")
     parser.add_argument("--workdir", default=os.path.join(REPO, "output", "benchmark", "quality_pairs"))
     args = parser.parse_args(argv)
+    if args.embeddings:
+        print(json.dumps(planted_embedding_accuracy(args.embeddings)))
+        return
     os.makedirs(args.workdir, exist_ok=True)
     defaults = QualityConfig(input_dir="", output_dir="")
     result = stage(args.hashes, args.workdir, defaults.hash_distance, defaults.hash_band_bits, defaults.hash_band_step,

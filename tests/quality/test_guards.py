@@ -43,7 +43,7 @@ def test_a_clean_split_that_empties_a_split_or_moves_too_much_of_one_is_refused(
     # Even where the fraction allows everything, an emptied split is a problem.
     assert clean_split.check_moves(data, everything, 1.0).problems == check.problems
     half = clean_split.check_moves(data, {data.keys[9]: "train"}, 0.25)
-    assert half.problems == ["it would move 1 of split 'validation''s 2 images out (50%), more than "
+    assert half.problems == ["it would move 1 of the 2 images of split 'validation' out (50%), more than "
                              "--max_split_moved 0.25"]
     assert clean_split.check_moves(data, {data.keys[9]: "train"}, 0.5).problems == []  # At the limit: allowed.
     assert clean_split.check_moves(data, {data.keys[0]: "validation"}, 0.25).problems == []  # 1 of 8 train.
