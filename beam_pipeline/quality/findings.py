@@ -20,7 +20,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_pipeline.common import rows as csv_rows
 from beam_pipeline.common.quality_outputs import FLAG_SCHEMA, GROUP_SCHEMA, LABEL_ERROR_SCHEMA
 from beam_pipeline.quality import clean_split, groups, health, report_html
-from beam_pipeline.quality.pairs import as_unsigned, hamming
+from beam_pipeline.quality.pairs import as_unsigned
 from beam_pipeline.quality.signal_shards import read_table
 from tf_serving_input import features
 from tf_serving_input.layout import OutputLayout, QualityLayout, temp_path
@@ -237,13 +237,14 @@ def _judge_embeddings(config: Any, images: groups.Images, position: dict[str, in
     from beam_pipeline.quality import embedding_pairs as by_embedding
 
     labels = dict(zip(images.keys, images.labels, strict=True))
+    hashes = images.hashes.tolist()  # Python ints: one XOR a pair, no NumPy call per pair.
 
     def same_picture(a: str, b: str) -> bool:
         """The digest or the perceptual hash calls a and b one picture."""
         i, j = position.get(a), position.get(b)
         if i is None or j is None:
             return False
-        close = int(hamming(images.hashes[i:i + 1], images.hashes[j])[0]) <= config.hash_distance
+        close = (hashes[i] ^ hashes[j]).bit_count() <= config.hash_distance
         return images.digests[i] == images.digests[j] or close
 
     verified_to = by_embedding.verify_distance(config.embedding_distance, config.label_error_distance)

@@ -16,6 +16,7 @@ hashed by the job's signals and paired by the job's pair finding at its default 
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -122,6 +123,7 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
         _, band_pairs = partition_pairs(ids, hashes, values[:, band], band, max_distance, defaults.max_bucket)
         found |= {(a, b) for a, b, _ in band_pairs}
     result = planted.accuracy(items, hashes, with_copies(found, hashes))
+    result["found_pairs"] = with_copies(found, hashes)
     result["all_pairs_found"] = len(with_copies({(a, b) for a, b, _ in brute_force_pairs(ids, hashes, max_distance)},
                                                 hashes))
     result["thresholds"] = {"hash_distance": max_distance, "bands": len(bands)}
@@ -174,6 +176,25 @@ def planted_embedding_accuracy(export_dir, image_size=224):
         result["distance"] = distance
         result["largest_group"] = groups.largest_set(len(items), found)
         out[name] = result
+    # The job's pairs, hash and embedding together: before (every embedding pair within 0.05 joined the
+    # groups) and now (findings.plan decides whether the calibrated embedding pairs are used).
+    from beam_pipeline.quality import findings
+
+    hash_pairs = planted_accuracy(image_size)["found_pairs"]
+    config = dataclasses.replace(defaults, predictions_dir="predictions")
+    images = groups.Images(keys=keys, splits=["train"] * len(keys), labels=[labels[k] for k in keys], hashes=hashes,
+                           digests=[(i, i) for i in range(len(keys))])
+    planned = findings.plan(config, images, sorted(hash_pairs), neighbours)
+    for name, embedding in (("job_before", out["fixed"]), ("job_now", out["calibrated"])):
+        used = name == "job_before" or planned.embedding["used"]
+        distance = embedding["distance"]
+        pairs = set(hash_pairs) | ({(position[a], position[b]) for a, b, d in neighbours if d <= distance}
+                                   if used else set())
+        result = planted.accuracy(items, hashes, pairs)
+        result["embedding_used"] = used
+        result["largest_group"] = groups.largest_set(len(items), pairs)
+        out[name] = result
+    out["job_now"]["warnings"] = planned.warnings
     return out
 
 
