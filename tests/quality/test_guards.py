@@ -133,3 +133,29 @@ def test_the_flags_parse_auto_and_the_limits():
     assert parsed.embedding_distance == 0.01 and parsed.max_split_moved == 0.5 and parsed.force_clean_split
     assert parsed.thresholds()["embedding_distance"] == 0.01
     assert config().thresholds()["embedding_distance"] == "auto"
+
+
+def test_the_warnings_lead_the_report_and_the_summary_lines():
+    from beam_pipeline.quality import report_html
+    from tf_serving_input.layout import QualityLayout
+
+    page = report_html.render("t", [("images", 3)], [], ["clean_split.csv not written: <it> would empty 'v'"])
+    assert page.index('<section id="warnings" data-count="1">') < page.index('<section id="summary">')
+    assert "&lt;it&gt; would empty" in page
+    assert '<section id="warnings"' not in report_html.render("t", [("images", 3)], [])
+    summary = {"images": 80, "rows_failed": 0, "exact_groups": 0, "near_groups": 1, "images_in_groups": 80,
+               "duplicate_images": 79, "leaking_groups": 1, "label_conflict_groups": 1, "flagged_images": 0,
+               "flagged_by_flag": {}, "suspected_label_errors": None,
+               "clean_split": {"rows": 80, "rows_moved": 0, "written": False, "rows_proposed": 16,
+                               "images_before": {"train": 64, "validation": 16},
+                               "images_after": {"train": 64, "validation": 16}},
+               "warnings": ["clean_split.csv not written: it would empty split 'validation'"]}
+    lines = findings.format_summary(summary, QualityLayout("/q")).splitlines()
+    assert ("Clean split: NOT written (16 rows would move; images per split train 64, validation 16): see the "
+            "warning below") in lines
+    assert "Warning: clean_split.csv not written: it would empty split 'validation'" in lines
+    summary["clean_split"] = {"rows": 80, "rows_moved": 2, "written": True, "rows_proposed": 2,
+                              "images_before": {"train": 64, "validation": 16},
+                              "images_after": {"train": 66, "validation": 14}}
+    assert ("Clean split: 80 rows, 2 moved; images per split train 64, validation 16 -> train 66, validation 14, "
+            "in /q/clean_split.csv") in findings.format_summary(summary, QualityLayout("/q"))
