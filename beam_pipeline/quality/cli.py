@@ -27,7 +27,7 @@ class QualityConfig:
     input_dir: str
     output_dir: str
     predictions_dir: str | None = None
-    embedding_distance: float = 0.05
+    embedding_distance: float | None = None  # None: calibrated from the embeddings (README "Quality").
     label_error_distance: float = 0.15
     embedding_hash_distance: int = 16
     hash_distance: int = 10
@@ -38,6 +38,9 @@ class QualityConfig:
     dark_brightness: float = 30.0
     bright_brightness: float = 225.0
     blur_variance: float = 30.0
+    max_group_share: float = 0.1
+    max_split_moved: float = 0.25
+    force_clean_split: bool = False
     report_top: int = 20
     report_images: int = 8
     overwrite: bool = False
@@ -49,10 +52,12 @@ class QualityConfig:
     def thresholds(self) -> dict[str, Any]:
         """The thresholds, as summary.json records them."""
         names = ("hash_distance", "hash_band_bits", "hash_band_step", "max_bucket", "near_constant_contrast",
-                 "dark_brightness", "bright_brightness", "blur_variance")
+                 "dark_brightness", "bright_brightness", "blur_variance", "max_group_share", "max_split_moved",
+                 "force_clean_split")
         values = {name: getattr(self, name) for name in names}
         if self.predictions_dir:
-            values.update(embedding_distance=self.embedding_distance, label_error_distance=self.label_error_distance,
+            values.update(embedding_distance="auto" if self.embedding_distance is None else self.embedding_distance,
+                          label_error_distance=self.label_error_distance,
                           embedding_hash_distance=self.embedding_hash_distance)
         return values
 
@@ -80,9 +85,11 @@ def build_parser(prog: str = PROG) -> Any:
     parser.add_argument("--predictions_dir", default=None,
                         help="The predict job's --output_dir for this job output: its embeddings add near-duplicate "
                              "pairs by cosine distance and find suspected label errors.")
-    parser.add_argument("--embedding_distance", type=float, default=0.05,
+    parser.add_argument("--embedding_distance", type=_auto_or_float, default="auto",
                         help="With --predictions_dir: images whose embeddings are within this cosine distance are "
-                             "near-duplicates.")
+                             "near-duplicates. auto: half the distance within which the closest 5%% "
+                             "of images have a neighbour of another label (pictures the hash calls the same left "
+                             "out), at most 0.05; 0.05 when fewer than 20 labelled images have such a neighbour.")
     parser.add_argument("--label_error_distance", type=float, default=0.15,
                         help="With --predictions_dir: embeddings within this cosine distance are neighbours; an image "
                              "whose labelled neighbours (3 or more) mostly carry one other label is a suspected "
@@ -114,6 +121,17 @@ def build_parser(prog: str = PROG) -> Any:
                         help="Flag 'bright' above this mean gray level (0-255).")
     parser.add_argument("--blur_variance", type=float, default=30.0,
                         help="Flag 'blurry' below this variance of the Laplacian of the stored gray image.")
+    parser.add_argument("--max_group_share", type=float, default=0.1,
+                        help="A duplicate group of 10 or more images holding more than this share of the images "
+                             "is reported as a likely chain (single linkage: A near B near C); when the embedding "
+                             "pairs make one, or mostly join different labels, they are left out of the groups and "
+                             "the clean split (the hash pairs still count).")
+    parser.add_argument("--max_split_moved", type=float, default=0.25,
+                        help="clean_split.csv is not written when it would move more than this share of a split's "
+                             "images out of it, or empty a split; the summary and report.html say why.")
+    parser.add_argument("--force_clean_split", action="store_true",
+                        help="Write clean_split.csv even when it empties a split or moves more than "
+                             "--max_split_moved of one.")
     parser.add_argument("--report_top", type=int, default=20,
                         help="Groups or images report.html shows per section (the Parquet files list all).")
     parser.add_argument("--report_images", type=int, default=8, help="Thumbnails report.html shows per group.")
@@ -128,9 +146,15 @@ def build_parser(prog: str = PROG) -> Any:
 _RANGES = {
     "hash_distance": (0, 64), "hash_band_bits": (1, 32), "hash_band_step": (1, 64), "max_bucket": (2, None),
     "report_top": (0, None), "report_images": (1, None), "embedding_distance": (0.0, 2.0),
+    "max_group_share": (0.0, 1.0), "max_split_moved": (0.0, 1.0),
     "label_error_distance": (0.0, 2.0), "embedding_hash_distance": (0, 64), "near_constant_contrast": (0.0, 255.0),
     "dark_brightness": (0.0, 255.0), "bright_brightness": (0.0, 255.0), "blur_variance": (0.0, None),
 }
+
+
+def _auto_or_float(text: str) -> str | float:
+    """`auto`, or the number (its range is checked with the other thresholds')."""
+    return "auto" if text.strip().lower() == "auto" else float(text)
 
 
 def threshold_problem(args: Any) -> str | None:
@@ -139,6 +163,8 @@ def threshold_problem(args: Any) -> str | None:
 
     for name, (lowest, highest) in _RANGES.items():
         value = getattr(args, name)
+        if value == "auto":
+            continue
         if not math.isfinite(value) or value < lowest or (highest is not None and value > highest):
             bounds = f"from {lowest} to {highest}" if highest is not None else f"at least {lowest}"
             return f"--{name} must be a number {bounds}, not {value}"
@@ -160,12 +186,15 @@ def parse_args(argv: list[str], prog: str = PROG) -> tuple[QualityConfig, list[s
     config = QualityConfig(
         input_dir=local(args.input_dir), output_dir=local(args.output_dir),
         predictions_dir=args.predictions_dir and local(args.predictions_dir),
-        embedding_distance=args.embedding_distance, label_error_distance=args.label_error_distance,
+        embedding_distance=None if args.embedding_distance == "auto" else args.embedding_distance,
+        label_error_distance=args.label_error_distance,
         embedding_hash_distance=args.embedding_hash_distance, hash_distance=args.hash_distance,
         hash_band_bits=args.hash_band_bits, hash_band_step=args.hash_band_step, max_bucket=args.max_bucket,
         near_constant_contrast=args.near_constant_contrast,
         dark_brightness=args.dark_brightness, bright_brightness=args.bright_brightness,
-        blur_variance=args.blur_variance, report_top=args.report_top, report_images=args.report_images,
+        blur_variance=args.blur_variance, max_group_share=args.max_group_share,
+        max_split_moved=args.max_split_moved, force_clean_split=args.force_clean_split,
+        report_top=args.report_top, report_images=args.report_images,
         overwrite=args.overwrite, progress=args.progress, max_error_rate=args.max_error_rate,
         summary_format=args.format)
     return config, flags.with_local_defaults(beam_args)

@@ -16,8 +16,10 @@ images in candidate pairs:
 
 from __future__ import annotations
 
+import dataclasses
 import io
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -112,3 +114,85 @@ def suspected_label_errors(neighbours: list[tuple[str, str, float]], labels: dic
             suspects.append({"key": key, "label": own, "neighbour_label": top, "share": count / len(theirs),
                              "neighbours": len(theirs)})
     return suspects
+
+
+# The calibrated --embedding_distance (auto): CALIBRATION_FACTOR x the distance within which the closest
+# CALIBRATION_QUANTILE of labelled images have a neighbour of another label, at most AUTO_MAX_DISTANCE (the
+# former fixed default). Two images of different labels are (label errors aside) different pictures, so
+# that distance is how close different pictures come in this embedding space; a near-duplicate must be
+# closer. Pairs the hash or the digest calls one picture are left out: a copy carrying another label is
+# a label conflict, not a measure of different pictures. The quantile, not the minimum, keeps a few
+# label errors from pulling the distance to zero.
+AUTO_MAX_DISTANCE = 0.05
+CALIBRATION_QUANTILE = 0.05
+CALIBRATION_FACTOR = 0.5
+MIN_CALIBRATION_IMAGES = 20  # Fewer labelled images: AUTO_MAX_DISTANCE, uncalibrated.
+# The embedding pairs do not separate the labels when more than this share of them (both images labelled,
+# not one picture by hash or digest) join different labels.
+MAX_CROSS_LABEL_SHARE = 0.25
+MIN_PAIRS_FOR_SHARE = 4
+
+
+def verify_distance(embedding_distance: float | None, label_error_distance: float) -> float:
+    """The largest cosine distance the candidates are verified to: room for the calibration when auto."""
+    wanted = embedding_distance if embedding_distance is not None else AUTO_MAX_DISTANCE / CALIBRATION_FACTOR
+    return max(wanted, label_error_distance)
+
+
+def nearest_other_label(neighbours: Iterable[tuple[str, str, float]], labels: dict[str, str],
+                        same_picture: Callable[[str, str], bool]) -> dict[str, float]:
+    """key -> cosine distance to its nearest verified neighbour of another (non-empty) label, one picture excepted."""
+    nearest: dict[str, float] = {}
+    for a, b, distance in neighbours:
+        label_a, label_b = labels.get(a, ""), labels.get(b, "")
+        if not label_a or not label_b or label_a == label_b or same_picture(a, b):
+            continue
+        for key in (a, b):
+            nearest[key] = min(distance, nearest.get(key, math.inf))
+    return nearest
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbeddingDistance:
+    """The --embedding_distance used: the value, where it came from (flag, calibrated, uncalibrated), why."""
+
+    distance: float
+    origin: str
+    note: str
+
+
+def choose_distance(flag: float | None, neighbours: list[tuple[str, str, float]], labels: dict[str, str],
+                    same_picture: Callable[[str, str], bool], verified_to: float) -> EmbeddingDistance:
+    """The flag's value when given; else the calibrated distance (module comment above)."""
+    if flag is not None:
+        return EmbeddingDistance(flag, "flag", f"--embedding_distance {flag:g}")
+    labelled = sum(1 for label in labels.values() if label)
+    if labelled < MIN_CALIBRATION_IMAGES:
+        return EmbeddingDistance(AUTO_MAX_DISTANCE, "uncalibrated",
+                                 f"{labelled} labelled images, fewer than {MIN_CALIBRATION_IMAGES} to calibrate from: "
+                                 f"{AUTO_MAX_DISTANCE:g}")
+    nearest = nearest_other_label(neighbours, labels, same_picture)
+    # Every labelled image counts; one with no other-label neighbour verified lies beyond `verified_to`.
+    distances = sorted(nearest.get(key, math.inf) for key, label in labels.items() if label)
+    quantile = distances[int(CALIBRATION_QUANTILE * (len(distances) - 1))]
+    distance = round(min(AUTO_MAX_DISTANCE, CALIBRATION_FACTOR * quantile), 6)
+    seen = f"{quantile:.4g}" if math.isfinite(quantile) else f"beyond {verified_to:g}"
+    return EmbeddingDistance(distance, "calibrated",
+                             f"{CALIBRATION_QUANTILE:.0%} of {labelled} labelled images have a neighbour of another "
+                             f"label within {seen}; {CALIBRATION_FACTOR:g} x that, at most {AUTO_MAX_DISTANCE:g}")
+
+
+def cross_label_share(pairs: Iterable[tuple[str, str, float]], labels: dict[str, str],
+                      same_picture: Callable[[str, str], bool]) -> tuple[float | None, int]:
+    """(share of the pairs that join different labels, pairs counted): both images labelled, not one picture.
+
+    None when fewer than MIN_PAIRS_FOR_SHARE pairs count.
+    """
+    counted = mixed = 0
+    for a, b, _ in pairs:
+        label_a, label_b = labels.get(a, ""), labels.get(b, "")
+        if not label_a or not label_b or same_picture(a, b):
+            continue
+        counted += 1
+        mixed += label_a != label_b
+    return (mixed / counted if counted >= MIN_PAIRS_FOR_SHARE else None), counted

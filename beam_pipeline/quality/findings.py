@@ -78,7 +78,7 @@ class Findings:
     groups_table: pa.Table
     flags_table: pa.Table
     label_errors_table: pa.Table
-    clean_csv: str
+    clean_csv: str | None  # None: refused (summary["clean_split"]["problems"] says why); no clean_split.csv.
     report: str
 
 
@@ -102,20 +102,13 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
     position = {key: i for i, key in enumerate(images.keys)}
     pairs = read_pairs(layout)
     edges = [(position[a], position[b]) for a, b, _ in pairs if a in position and b in position]
-    embedding_pairs, suspects = [], []
-    if prediction_files:
-        from beam_pipeline.quality import embedding_pairs as by_embedding
-
-        candidates = read_pairs(layout, layout.embedding_pairs_prefix + "*")
-        neighbours = by_embedding.verified_neighbours([(a, b) for a, b, _ in candidates], list(prediction_files),
-                                                      max(config.embedding_distance, config.label_error_distance))
-        embedding_pairs = [(a, b) for a, b, d in neighbours if d <= config.embedding_distance]
-        edges += [(position[a], position[b]) for a, b in embedding_pairs if a in position and b in position]
-        suspects = by_embedding.suspected_label_errors(
-            [n for n in neighbours if n[2] <= config.label_error_distance], dict(zip(images.keys, images.labels)))
-    found = groups.find_groups(images, edges)
-    moves = clean_split.chosen_splits(images, found)
-    clean_csv, clean_rows = clean_split.clean_split_csv(csv_path, columns, moves)
+    neighbours = _embedding_neighbours(config, layout, list(prediction_files)) if prediction_files else None
+    planned = plan(config, images, edges, neighbours)
+    found, moves, suspects, embedding = planned.found, planned.moves, planned.suspects, planned.embedding
+    clean_csv: str | None = None
+    clean_rows = len(csv_keys)
+    if planned.written:
+        clean_csv, clean_rows = clean_split.clean_split_csv(csv_path, columns, moves)
 
     group_rows: dict[str, list[Any]] = {name: [] for name in GROUP_SCHEMA.names}
     for group in found:
@@ -154,16 +147,128 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
         "duplicate_images": sum(len(g.members) - 1 for g in found),
         "leaking_groups": sum(g.leak for g in found), "label_conflict_groups": sum(g.conflict for g in found),
         "suspected_label_errors": len(suspect_rows) if prediction_files else None,  # None: no embeddings.
-        "embedding_pairs": len(embedding_pairs) if prediction_files else None,
+        "embedding_pairs": len(planned.embedding_pairs) if prediction_files else None,
+        "embedding": embedding,  # None without --predictions_dir.
+        "largest_group": planned.largest,
         "flagged_images": len(flagged), "flagged_by_flag": by_flag,
         "near_pairs": len(pairs), "oversized_buckets": read_oversized(layout),
-        "clean_split": {"rows": clean_rows, "rows_moved": len(moves)},
+        "clean_split": {"rows": clean_rows, "rows_moved": len(moves), "written": planned.written,
+                        "rows_proposed": len(planned.proposed), "problems": planned.check.problems,
+                        "images_before": planned.check.before,
+                        "images_after": planned.check.after if planned.written else planned.check.before},
+        "warnings": planned.warnings,
         "thresholds": config.thresholds(),
         "input_dir": config.input_dir, "input_csv": csv_path,
     }
     report = _report(config, job_manifest, images, col, found, per_image, flagged, summary, moves,
                      [position[s["key"]] for s in suspect_rows], suspect_rows)
     return Findings(summary, groups_table, flags_table, label_errors_table, clean_csv, report)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The groups and the clean split decided from the pairs, with what was left out and why."""
+
+    found: list[groups.Group]
+    largest: int  # Images in the largest group.
+    embedding: dict[str, Any] | None  # summary.json's "embedding"; None without embeddings.
+    embedding_pairs: list[tuple[str, str, float]]  # Within the distance used (whether used or not).
+    suspects: list[dict[str, Any]]
+    proposed: dict[str, str]  # key -> split: the moves the groups call for.
+    check: clean_split.SplitCheck
+    written: bool  # Whether clean_split.csv is written (no problem, or --force_clean_split).
+    moves: dict[str, str]  # The moves written: `proposed`, or none when refused.
+    warnings: list[str]
+
+
+def plan(config: Any, images: groups.Images, hash_edges: list[tuple[int, int]],
+         neighbours: list[tuple[str, str, float]] | None) -> Plan:
+    """Groups from the hash edges (positions) and, unless they chain or mix labels, the embedding pairs; then the
+    clean split, refused when it empties a split or moves over --max_split_moved of one (README "Quality").
+
+    `neighbours`: the verified embedding candidates (key_a, key_b, cosine distance), None without embeddings.
+    """
+    position = {key: i for i, key in enumerate(images.keys)}
+    n = len(images.keys)
+    edges = list(hash_edges)
+    embedding, pairs, suspects, warnings = None, [], [], []
+    if neighbours is not None:
+        embedding, pairs, suspects = _judge_embeddings(config, images, position, neighbours)
+        if embedding["used"]:
+            edges += [(position[a], position[b]) for a, b, _ in pairs if a in position and b in position]
+        warnings += [f"embedding pairs not used for the groups or the clean split: {problem}"
+                     for problem in embedding["problems"]]
+    found = groups.find_groups(images, edges)
+    largest = len(found[0].members) if found else 0
+    if groups.is_chain(largest, n, config.max_group_share):
+        warnings.append(f"group 0 holds {largest} of the {n} images ({largest / n:.0%}, over --max_group_share "
+                        f"{config.max_group_share:g}): likely a chain of near pairs (A near B near C), not copies "
+                        "of one picture; review it in report.html")
+    proposed = clean_split.chosen_splits(images, found)
+    check = clean_split.check_moves(images, proposed, config.max_split_moved)
+    written = not check.problems or config.force_clean_split
+    if not written:
+        warnings.append(f"clean_split.csv not written: {'; '.join(check.problems)}. Review the groups in "
+                        "report.html; --force_clean_split writes it anyway")
+    elif check.problems:
+        warnings.append(f"clean_split.csv written although {'; '.join(check.problems)} (--force_clean_split)")
+    return Plan(found, largest, embedding, pairs, suspects, proposed, check, written, proposed if written else {},
+                warnings)
+
+
+def _embedding_neighbours(config: Any, layout: QualityLayout, prediction_files: list[str]) -> list[
+        tuple[str, str, float]]:
+    """The embedding candidates the pipeline proposed, verified by their real cosine distance."""
+    from beam_pipeline.quality import embedding_pairs as by_embedding
+
+    candidates = read_pairs(layout, layout.embedding_pairs_prefix + "*")
+    verified_to = by_embedding.verify_distance(config.embedding_distance, config.label_error_distance)
+    return by_embedding.verified_neighbours([(a, b) for a, b, _ in candidates], prediction_files, verified_to)
+
+
+def _judge_embeddings(config: Any, images: groups.Images, position: dict[str, int],
+                      neighbours: list[tuple[str, str, float]]) -> tuple[dict[str, Any], list[tuple[str, str, float]],
+                                                                         list[dict[str, Any]]]:
+    """(summary.json's "embedding", the embedding pairs within the distance used, suspected label errors).
+
+    The pairs are "used" for the groups unless they chain into one large group (--max_group_share) or mostly
+    join different labels (MAX_CROSS_LABEL_SHARE); the hash pairs count either way.
+    """
+    from beam_pipeline.quality import embedding_pairs as by_embedding
+
+    labels = dict(zip(images.keys, images.labels, strict=True))
+    hashes = images.hashes.tolist()  # Python ints: one XOR a pair, no NumPy call per pair.
+
+    def same_picture(a: str, b: str) -> bool:
+        """The digest or the perceptual hash calls a and b one picture."""
+        i, j = position.get(a), position.get(b)
+        if i is None or j is None:
+            return False
+        close = (hashes[i] ^ hashes[j]).bit_count() <= config.hash_distance
+        return images.digests[i] == images.digests[j] or close
+
+    verified_to = by_embedding.verify_distance(config.embedding_distance, config.label_error_distance)
+    chosen = by_embedding.choose_distance(config.embedding_distance, neighbours, labels, same_picture, verified_to)
+    pairs = [pair for pair in neighbours if pair[2] <= chosen.distance]
+    n = len(images.keys)
+    largest = groups.largest_set(n, [(position[a], position[b]) for a, b, _ in pairs
+                                     if a in position and b in position])
+    share, counted = by_embedding.cross_label_share(pairs, labels, same_picture)
+    problems = []
+    if groups.is_chain(largest, n, config.max_group_share):
+        problems.append(f"they join {largest} of the {n} images into one group ({largest / n:.0%}, over "
+                        f"--max_group_share {config.max_group_share:g}) at distance {chosen.distance:g}")
+    if share is not None and share > by_embedding.MAX_CROSS_LABEL_SHARE:
+        problems.append(f"{share:.0%} of the {counted} labelled pairs within distance {chosen.distance:g} join "
+                        f"different labels (over {by_embedding.MAX_CROSS_LABEL_SHARE:.0%}): the embeddings do not "
+                        "separate the labels")
+    suspects = by_embedding.suspected_label_errors([pair for pair in neighbours
+                                                    if pair[2] <= config.label_error_distance], labels)
+    summary = {"distance": chosen.distance, "distance_from": chosen.origin, "calibration": chosen.note,
+               "pairs": len(pairs), "largest_group": largest,
+               "cross_label_share": None if share is None else round(share, 4),
+               "used": not problems, "problems": problems}
+    return summary, pairs, suspects
 
 
 def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, col: dict[str, list[Any]],
@@ -201,7 +306,9 @@ def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, co
     sections = [
         report_html.Section("leaks", "Cross-split leaks", summary["leaking_groups"], "groups",
                             [group_entry(g) for g in leaks],
-                            "Groups with members in more than one split; clean_split.csv moves them into one."),
+                            "Groups with members in more than one split; clean_split.csv moves them into one."
+                            if summary["clean_split"]["written"] else "Groups with members in more than one split; "
+                            "clean_split.csv was not written (see the warnings above)."),
         report_html.Section("conflicts", "Label conflicts", summary["label_conflict_groups"], "groups",
                             [group_entry(g) for g in conflicts], "Groups whose members carry different labels."),
         report_html.Section("groups", "Duplicate groups", len(found), "groups", [group_entry(g) for g in largest],
@@ -225,9 +332,19 @@ def _report(config: Any, job_manifest: dict[str, Any], images: groups.Images, co
     if summary["suspected_label_errors"] is not None:
         rows += [("suspected_label_errors", summary["suspected_label_errors"]),
                  ("near pairs by embedding", summary["embedding_pairs"])]
-    rows += [("rows moved by clean_split.csv", summary["clean_split"]["rows_moved"]),
+    embedding = summary["embedding"]
+    if embedding is not None:
+        rows += [("embedding distance", f"{embedding['distance']:g} ({embedding['distance_from']}: "
+                                        f"{embedding['calibration']})"),
+                 ("embedding pairs used for the groups", "yes" if embedding["used"] else "no (see the warnings)")]
+    clean = summary["clean_split"]
+    rows += [("largest group", summary["largest_group"]),
+             ("clean_split.csv", f"{clean['rows_moved']} rows moved" if clean["written"]
+              else f"not written ({clean['rows_proposed']} rows would move)"),
+             ("images per split before", split_counts(clean["images_before"])),
+             ("images per split after the clean split", split_counts(clean["images_after"])),
              ("thresholds", json.dumps(summary["thresholds"]))]
-    return report_html.render(f"Dataset quality: {config.input_dir}", rows, sections)
+    return report_html.render(f"Dataset quality: {config.input_dir}", rows, sections, summary["warnings"])
 
 
 def write_findings(layout: QualityLayout, findings: Findings) -> None:
@@ -235,7 +352,11 @@ def write_findings(layout: QualityLayout, findings: Findings) -> None:
     write_file(layout.path(layout.DUPLICATE_GROUPS_FILE), _parquet(findings.groups_table))
     write_file(layout.path(layout.IMAGE_FLAGS_FILE), _parquet(findings.flags_table))
     write_file(layout.path(layout.LABEL_ERRORS_FILE), _parquet(findings.label_errors_table))
-    write_file(layout.path(layout.CLEAN_SPLIT_FILE), findings.clean_csv.encode("utf-8"))
+    clean_path = layout.path(layout.CLEAN_SPLIT_FILE)
+    if findings.clean_csv is not None:
+        write_file(clean_path, findings.clean_csv.encode("utf-8"))
+    elif FileSystems.exists(clean_path):  # Never leave an earlier run's clean split beside a refusal.
+        FileSystems.delete([clean_path])
     write_file(layout.path(layout.REPORT_FILE), findings.report.encode("utf-8"))
     write_file(layout.path(layout.SUMMARY_FILE),
                json.dumps(findings.summary, ensure_ascii=False, indent=2).encode("utf-8"))
@@ -255,7 +376,25 @@ def format_summary(summary: dict[str, Any], layout: QualityLayout) -> str:
         f"Flagged images: {summary['flagged_images']} ({flags})",
         *([f"Suspected label errors: {summary['suspected_label_errors']}; near pairs by embedding: "
            f"{summary['embedding_pairs']}"] if summary.get("suspected_label_errors") is not None else []),
-        f"Clean split: {summary['clean_split']['rows']} rows, {summary['clean_split']['rows_moved']} moved, in "
-        f"{layout.path(layout.CLEAN_SPLIT_FILE)}",
+        *([f"Embeddings: distance {embedding['distance']:g} ({embedding['distance_from']}), {embedding['pairs']} "
+           f"pairs, {'used' if embedding['used'] else 'NOT used'} for the groups"]
+          if (embedding := summary.get("embedding")) else []),
+        clean_split_line(summary["clean_split"], layout.path(layout.CLEAN_SPLIT_FILE)),
+        *(f"Warning: {warning}" for warning in summary.get("warnings", [])),
         f"Report: {layout.path(layout.REPORT_FILE)}",
     ])
+
+
+def split_counts(counts: dict[str, int]) -> str:
+    """'train 256, validation 64': images per split."""
+    return ", ".join(f"{split} {count}" for split, count in sorted(counts.items()))
+
+
+def clean_split_line(clean: dict[str, Any], path: str) -> str:
+    """One line: what the clean split moved (images per split before and after), or that it was not written."""
+    if not clean.get("written", True):
+        return (f"Clean split: NOT written ({clean['rows_proposed']} rows would move; images per split "
+                f"{split_counts(clean['images_before'])}): see the warning below")
+    counts = (f"; images per split {split_counts(clean['images_before'])} -> {split_counts(clean['images_after'])}"
+              if "images_before" in clean else "")
+    return f"Clean split: {clean['rows']} rows, {clean['rows_moved']} moved{counts}, in {path}"

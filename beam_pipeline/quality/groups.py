@@ -95,6 +95,24 @@ def find_groups(images: Images, near_pairs: Iterable[tuple[int, int]]) -> list[G
     return groups
 
 
+# A group this large (and over --max_group_share of the images) is likely a chain of single linkage (A near
+# B near C ...) rather than copies of one picture: below it, a small dataset's ordinary groups would count.
+MIN_CHAIN_SIZE = 10
+
+
+def largest_set(n: int, edges: Iterable[tuple[int, int]]) -> int:
+    """The size of the largest set that `edges` join among n images (1 when none)."""
+    sets = UnionFind(n)
+    for a, b in edges:
+        sets.union(a, b)
+    return int(np.bincount(sets.roots(), minlength=1).max()) if n else 0
+
+
+def is_chain(size: int, n: int, max_share: float) -> bool:
+    """Whether a group of `size` of n images is too large to trust as one picture's copies."""
+    return size >= MIN_CHAIN_SIZE and size > max_share * n
+
+
 def distances_to_first(images: Images, group: Group) -> list[int]:
     """Each member's hash distance to the group's first member."""
     members = np.array(group.members)

@@ -106,7 +106,9 @@ class QualityLauncher(Launcher[QualityLayout]):
         from tf_serving_input.failures import INPUT_SHARD_DAMAGED
 
         layout = self.layout
-        finished = [layout.path(name) for name in (*layout.reports(), layout.MANIFEST_FILE)]
+        # clean_split.csv is absent when it was refused (findings.py): the manifest's outputs say what was written.
+        finished = [layout.path(name) for name in (*layout.reports(), layout.MANIFEST_FILE)
+                    if name != layout.CLEAN_SPLIT_FILE]
         manifest = (layout.load_manifest() if not self.config.overwrite
                     and all(FileSystems.exists(path) for path in finished)
                     and read_json(layout.run_file) == self.fingerprint() else None)
@@ -166,7 +168,8 @@ class QualityLauncher(Launcher[QualityLayout]):
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "versions": report.library_versions(),
             # Each output's SHA-256: a rerun and the UI check them (a flipped byte in a Parquet often still reads).
-            "outputs": {name: file_digest(layout.path(name)) for name in layout.reports()},
+            "outputs": {name: file_digest(layout.path(name)) for name in layout.reports()
+                        if name != layout.CLEAN_SPLIT_FILE or found.clean_csv is not None},
         }
         report.write_outputs(layout, manifest, failures)
         self.print_summary(found.summary)

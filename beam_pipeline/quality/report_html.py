@@ -20,6 +20,7 @@ table.summary td{padding:2px 12px 2px 0}.count{color:#666;font-weight:normal}
 .entry{background:#fff;border:1px solid #ddd;border-radius:6px;margin:8px 0;padding:8px}
 .entry h3{font-size:13px;margin:0 0 6px}.tag{display:inline-block;border-radius:3px;padding:0 5px;margin-right:4px;
 font-size:11px;background:#eee}.leak{background:#fdd}.conflict{background:#ffd8a8}.exact{background:#d3f9d8}
+.warnings li{background:#fdd;border-radius:4px;padding:4px 8px;margin:4px 0;list-style:none}
 figure{display:inline-block;margin:4px;width:112px;vertical-align:top}figure img{width:96px;height:96px;
 image-rendering:auto;border:1px solid #ccc}figcaption{font-size:11px;word-break:break-all}.more{color:#666}
 """
@@ -75,11 +76,14 @@ def _entry(entry: Entry) -> str:
             f'{"".join(_figure(f) for f in entry.figures)}{hidden}</div>')
 
 
-def render(title: str, summary_rows: list[tuple[str, Any]], sections: list[Section]) -> str:
-    """The whole page."""
+def render(title: str, summary_rows: list[tuple[str, Any]], sections: list[Section],
+           warnings: list[str] = ()) -> str:
+    """The whole page; `warnings` (one line each) stand first, above the summary."""
     rows = "".join(f"<tr><td>{text(name)}</td><td>{text(value)}</td></tr>" for name, value in summary_rows)
     parts = [f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{text(title)}</title>"
              f"<style>{_STYLE}</style></head><body><h1>{text(title)}</h1>",
+             *([f'<section id="warnings" data-count="{len(warnings)}"><h2>Warnings</h2><ul class="warnings">'
+                + "".join(f"<li>{text(w)}</li>" for w in warnings) + "</ul></section>"] if warnings else []),
              f'<section id="summary"><h2>Summary</h2><table class="summary">{rows}</table></section>']
     for section in sections:
         shown = len(section.entries)

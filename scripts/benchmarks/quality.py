@@ -16,6 +16,7 @@ hashed by the job's signals and paired by the job's pair finding at its default 
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -122,10 +123,79 @@ def planted_accuracy(image_size=224, max_distance=None, band_bits=None, band_ste
         _, band_pairs = partition_pairs(ids, hashes, values[:, band], band, max_distance, defaults.max_bucket)
         found |= {(a, b) for a, b, _ in band_pairs}
     result = planted.accuracy(items, hashes, with_copies(found, hashes))
+    result["found_pairs"] = with_copies(found, hashes)
     result["all_pairs_found"] = len(with_copies({(a, b) for a, b, _ in brute_force_pairs(ids, hashes, max_distance)},
                                                 hashes))
     result["thresholds"] = {"hash_distance": max_distance, "bands": len(bands)}
     return result
+
+
+def planted_embedding_accuracy(export_dir, image_size=224):
+    """The embedding signal on the planted photos, by an export's serving_default (as the predict job embeds).
+
+    Every pair's real cosine distance (the job verifies the candidates its bands propose, a subset), at the
+    former fixed --embedding_distance 0.05 and at the calibrated distance (labels: each photo's class; one
+    picture by the perceptual hash, as findings.py decides). Returns {"fixed"/"calibrated": accuracy dict with
+    "distance" and "largest_group"}, and the calibration's note.
+    """
+    import tensorflow as tf
+
+    from beam_pipeline.common.query_embedding import QueryEmbedder
+    from beam_pipeline.quality import embedding_pairs, groups
+    from beam_pipeline.quality.cli import QualityConfig
+    from beam_pipeline.quality.pairs import hamming
+    from beam_pipeline.quality.signals import image_signals_graph
+    from benchmarks import planted
+    from tf_serving_input.features import PreprocessConfig
+
+    defaults = QualityConfig(input_dir="", output_dir="")
+    items = planted.planted_set(planted.distinct_pictures())
+    hashes = image_signals_graph(tf.constant(planted.stored_images(items, PreprocessConfig(image_size=image_size))))[
+        "phash"].numpy().view(np.uint64)
+    embedder = QueryEmbedder(export_dir)
+    vectors = np.stack([embedder.embed(data) for _, _, _, data in items])
+    distances = 1.0 - vectors @ vectors.T
+    keys = [name for name, _, _, _ in items]
+    labels = {name: next(c for c in planted.CLASSES if base.startswith(c)) for name, _, base, _ in items}
+    position = {key: i for i, key in enumerate(keys)}
+    verified_to = embedding_pairs.verify_distance(None, defaults.label_error_distance)
+    upper = np.triu_indices(len(items), 1)
+    close = distances[upper] <= verified_to
+    neighbours = [(keys[a], keys[b], float(d)) for a, b, d in zip(upper[0][close], upper[1][close],
+                                                                   distances[upper][close], strict=True)]
+
+    def same_picture(a, b):
+        i, j = position[a], position[b]
+        return int(hamming(hashes[i:i + 1], hashes[j])[0]) <= defaults.hash_distance
+
+    chosen = embedding_pairs.choose_distance(None, neighbours, labels, same_picture, verified_to)
+    out = {"calibration": chosen.note}
+    for name, distance in (("fixed", embedding_pairs.AUTO_MAX_DISTANCE), ("calibrated", chosen.distance)):
+        found = [(position[a], position[b]) for a, b, d in neighbours if d <= distance]
+        result = planted.accuracy(items, hashes, found)
+        result["distance"] = distance
+        result["largest_group"] = groups.largest_set(len(items), found)
+        out[name] = result
+    # The job's pairs, hash and embedding together: before (every embedding pair within 0.05 joined the
+    # groups) and now (findings.plan decides whether the calibrated embedding pairs are used).
+    from beam_pipeline.quality import findings
+
+    hash_pairs = planted_accuracy(image_size)["found_pairs"]
+    config = dataclasses.replace(defaults, predictions_dir="predictions")
+    images = groups.Images(keys=keys, splits=["train"] * len(keys), labels=[labels[k] for k in keys], hashes=hashes,
+                           digests=[(i, i) for i in range(len(keys))])
+    planned = findings.plan(config, images, sorted(hash_pairs), neighbours)
+    for name, embedding in (("job_before", out["fixed"]), ("job_now", out["calibrated"])):
+        used = name == "job_before" or planned.embedding["used"]
+        distance = embedding["distance"]
+        pairs = set(hash_pairs) | ({(position[a], position[b]) for a, b, d in neighbours if d <= distance}
+                                   if used else set())
+        result = planted.accuracy(items, hashes, pairs)
+        result["embedding_used"] = used
+        result["largest_group"] = groups.largest_set(len(items), pairs)
+        out[name] = result
+    out["job_now"]["warnings"] = planned.warnings
+    return out
 
 
 def measure(bench):
@@ -165,8 +235,14 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(description="One run of the quality job's pair finding on synthetic hashes.")
     parser.add_argument("--hashes", type=int, default=SMALL)
+    parser.add_argument("--embeddings", metavar="EXPORT_DIR",
+                        help="Instead: the embedding signal's recall and precision on the planted photos with this "
+                             "export (e.g. output/sample/serving_model), at 0.05 and calibrated; prints JSON.")
     parser.add_argument("--workdir", default=os.path.join(REPO, "output", "benchmark", "quality_pairs"))
     args = parser.parse_args(argv)
+    if args.embeddings:
+        print(json.dumps(planted_embedding_accuracy(args.embeddings)))
+        return
     os.makedirs(args.workdir, exist_ok=True)
     defaults = QualityConfig(input_dir="", output_dir="")
     result = stage(args.hashes, args.workdir, defaults.hash_distance, defaults.hash_band_bits, defaults.hash_band_step,

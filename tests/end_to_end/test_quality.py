@@ -86,11 +86,16 @@ def job(tmp_path_factory):
     return folder, csv_path, rows, out
 
 
+FINISHED_FLAGS = ("--max_split_moved", "0.5")
+
+
 @pytest.fixture(scope="module")
 def finished(job):
     folder, csv_path, rows, out = job
     quality_out = folder / "quality"
-    done = quality_process("--input_dir", out, "--output_dir", quality_out)  # The command as a user runs it.
+    # The command as a user runs it. Two of the four validation images are copies of train images: moving them
+    # is half of validation, over the default --max_split_moved (0.25; the predictions test sees that refusal).
+    done = quality_process("--input_dir", out, "--output_dir", quality_out, *FINISHED_FLAGS)
     assert done.returncode == 0, done.stderr
     return folder, csv_path, rows, out, quality_out, done
 
@@ -212,7 +217,7 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     _, _, _, out, quality_out, _ = finished
     before = {name: (quality_out / name).read_bytes() for name in ("duplicate_groups.parquet", "clean_split.csv",
                                                                      "image_flags.parquet")}
-    again = quality("--input_dir", out, "--output_dir", quality_out, "--format", "json")
+    again = quality("--input_dir", out, "--output_dir", quality_out, *FINISHED_FLAGS, "--format", "json")
     assert again.returncode == 0, again.stderr
     assert "Nothing to do" in again.stderr  # A notice; stdout holds the result only: the summary, as JSON.
     summary = json.loads(again.stdout)
@@ -223,7 +228,7 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     (quality_out / "signals" / (status.stem + ".parquet")).unlink()
     status.unlink()
     (quality_out / "report.html").unlink()
-    resumed = quality("--input_dir", out, "--output_dir", quality_out)
+    resumed = quality("--input_dir", out, "--output_dir", quality_out, *FINISHED_FLAGS)
     assert resumed.returncode == 0, resumed.stderr
     assert "Resuming" in resumed.stderr
     assert (quality_out / "report.html").exists()
@@ -234,7 +239,7 @@ def test_rerun_is_a_no_op_and_a_resume_rebuilds_what_is_lost(finished):
     damaged = bytearray(groups.read_bytes())
     damaged[len(damaged) // 2] ^= 0x01
     groups.write_bytes(bytes(damaged))
-    repaired = quality("--input_dir", out, "--output_dir", quality_out)
+    repaired = quality("--input_dir", out, "--output_dir", quality_out, *FINISHED_FLAGS)
     assert repaired.returncode == 0, repaired.stderr
     assert f"note: {groups} does not match the SHA-256 the manifest recorded" in repaired.stderr
     assert "Nothing to do" not in repaired.stderr and groups.read_bytes() == before["duplicate_groups.parquet"]
@@ -296,7 +301,26 @@ def test_predictions_add_embedding_pairs_and_label_errors(job, tmp_path):
     summary = json.loads((quality_out / "summary.json").read_text())
     assert summary["embedding_pairs"] >= 4  # At least the identical pictures: a, b and d with their copies, flat.
     assert summary["suspected_label_errors"] is not None
-    assert summary["thresholds"]["embedding_distance"] == 0.05
+    assert summary["thresholds"]["embedding_distance"] == "auto"
+    # 11 images, fewer than the 20 labelled images a calibration needs: the former default.
+    assert summary["embedding"]["distance"] == 0.05 and summary["embedding"]["distance_from"] == "uncalibrated"
+    # The default --max_split_moved (0.25): moving a_copy and flat2 would take 2 of validation's 4 images (50%).
+    # Not written, and said so in the summary, on stdout and in the report.
+    clean = summary["clean_split"]
+    assert not clean["written"] and clean["rows_moved"] == 0 and clean["rows_proposed"] >= 2
+    assert clean["images_before"] == clean["images_after"] == {"train": 7, "validation": 4}
+    assert not (quality_out / "clean_split.csv").exists()
+    refusal = "clean_split.csv not written: it would"
+    assert any(w.startswith(refusal) and "split 'validation'" in w for w in summary["warnings"])
+    assert "Clean split: NOT written" in done.stdout and f"Warning: {refusal}" in done.stdout
+    page = (quality_out / "report.html").read_text(encoding="utf-8")
+    assert '<section id="warnings"' in page and refusal in page
+    rows = pq.read_table(quality_out / "duplicate_groups.parquet").to_pylist()
+    assert all(r["clean_split"] == r["split"] for r in rows)  # Nothing moves in a refused clean split.
+    manifest = json.loads((quality_out / "manifest.json").read_text())
+    assert "clean_split.csv" not in manifest["outputs"]
+    again = quality("--input_dir", out, "--output_dir", quality_out, "--predictions_dir", tmp_path / "predictions")
+    assert again.returncode == 0 and "Nothing to do" in again.stderr, again.stderr  # The refusal is a finished run.
     errors = pq.read_table(quality_out / "suspected_label_errors.parquet")
     assert errors.num_rows == summary["suspected_label_errors"]
     groups, _ = groups_by_source(quality_out)
