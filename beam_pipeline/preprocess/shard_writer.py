@@ -182,7 +182,8 @@ class WriteShardFn(beam.DoFn):
         if not again:
             return status, data
         started = time.time()
-        outcomes = dict((row.key, outcome) for row, outcome in self._outcomes(again, {}))
+        refetched = {}
+        outcomes = dict((row.key, outcome) for row, outcome in self._outcomes(again, refetched))
         recovered = {key: outcome for key, outcome in outcomes.items() if isinstance(outcome, Written)}
         if not recovered:
             return status, data
@@ -204,7 +205,10 @@ class WriteShardFn(beam.DoFn):
                 failed=failed, pixel_moments=moments.tolist(), started=round(started, 3),
                 seconds=round(time.time() - started, 3), worker_pid=os.getpid(),
                 retried={"rows": len(again), "recovered": len(recovered)},
-                **({"fetch": status["fetch"]} if "fetch" in status else {})))
+                # The shard's URL rows, and the bytes of every run that fetched them (this one's counters hold
+                # what this run fetched).
+                **({"fetch": dict(status["fetch"], bytes=status["fetch"]["bytes"] + refetched.get("bytes", 0))}
+                   if "fetch" in status else {})))
         return status, b"".join(frame_record(record) for record in ordered)
 
     def _write(self, split, shard_index, name, rows):

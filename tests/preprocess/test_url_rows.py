@@ -232,3 +232,27 @@ def _status_files(out):
     layout = outputs.layout(out)
     return sorted(os.path.join(layout.status_dir, name) for name in os.listdir(layout.status_dir))
 
+
+
+def test_this_runs_fetches_come_from_its_counters_and_from_the_statuses_without_them():
+    """Issue 55: a --retry_failed run reported the earlier runs' totals. The manifest's `requested` and `bytes`
+    are this run's counters; a runner that reports no counters (fewer shards counted than run) falls back."""
+    import apache_beam as beam
+    from apache_beam.metrics import Metrics
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from beam_pipeline.preprocess.cli import fetched_this_run
+    from beam_pipeline.preprocess.shard_writer import METRICS_NAMESPACE
+
+    def count(urls):  # As WriteShardFn counts: one shard, its URL rows requested, their bytes.
+        Metrics.counter(METRICS_NAMESPACE, "shards").inc()
+        Metrics.counter(METRICS_NAMESPACE, "url_rows_requested").inc(urls)
+        Metrics.counter(METRICS_NAMESPACE, "url_bytes_fetched").inc(1000 * urls)
+        return urls
+
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        _ = pipeline | beam.Create([0, 2, 0]) | beam.Map(count)
+    totals = {"urls": 417, "bytes": 2_900_000}  # The statuses': every run that wrote the shards.
+    assert fetched_this_run(totals, [pipeline], shards=3) == {"urls": 417, "requested": 2, "bytes": 2000}
+    assert fetched_this_run(totals, [pipeline], shards=4) == {"urls": 417, "requested": 417, "bytes": 2_900_000}
+    assert fetched_this_run(totals, [], shards=3) == {"urls": 417, "requested": 417, "bytes": 2_900_000}
