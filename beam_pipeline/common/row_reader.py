@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from beam_pipeline.common import urls
-from beam_pipeline.common.redact import redact_url
+from beam_pipeline.common.redact import redact, redact_url
 from beam_pipeline.common.urls import FetchConfig
 from tf_serving_input import failures
 
@@ -113,7 +113,8 @@ class RowReader:
         except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
             # HttpFetcher.get raises only RowFailures: this is a bug outside it (or a test's fetch function).
             fields: Fields = {"url": redact_url(row.path), "http_status": None, "attempts": None} if is_url else {}
-            return failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}", fields), fields
+            detail = redact(f"{type(error).__name__}: {error}")  # Its words may quote the URL with its password.
+            return failures.RowFailure(failures.UNEXPECTED, detail, fields), fields
 
     def batches(self, rows: Iterable[ReadableRow], max_rows: int,
                 max_bytes: int) -> Iterator[list[tuple[int, ReadableRow, Item, Fields]]]:

@@ -136,20 +136,22 @@ def test_a_batch_stays_within_its_byte_limit_but_a_single_large_row_still_passes
         assert len(batch) == 1 or sum(sizes) <= 250
 
 
-def test_an_unexpected_error_fails_only_its_row():
+def test_an_unexpected_error_fails_only_its_row_with_the_url_and_no_password():
     def fetch(url):
         if url.endswith("/1"):
-            raise RuntimeError("boom")
+            raise RuntimeError(f"boom at {url}")
         return b"ok"
 
     reader = RowReader(FetchConfig(concurrency=2, per_host=2), 1024, fetch=fetch)
     try:
-        _, by_position = read_all(reader, [FakeRow(f"http://h/{i}") for i in range(3)])
+        _, by_position = read_all(reader, [FakeRow(f"http://u:***@h/{i}", fetch_url=f"http://u:pw-secret@h/{i}")
+                                           for i in range(3)])
     finally:
         reader.close()
     assert by_position[0][1] == by_position[2][1] == b"ok"
-    assert by_position[1][1].reason == failures.UNEXPECTED and "boom" in by_position[1][1].detail
-    assert by_position[1][1].fields == {"url": "http://h/1", "http_status": None, "attempts": None}
+    failure = by_position[1][1]
+    assert failure.reason == failures.UNEXPECTED and "boom at http://u:***@h/1" in failure.detail
+    assert failure.fields == {"url": "http://u:***@h/1", "http_status": None, "attempts": None}
 
 
 def test_a_url_row_comes_with_its_fetch_fields_whether_it_was_fetched_or_failed(loopback, tmp_path):
