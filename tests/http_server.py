@@ -18,6 +18,7 @@ and a kept-alive connection that the server closes just as the next request on i
 from __future__ import annotations
 
 import gzip
+import http
 import http.server
 import socket
 import struct
@@ -288,13 +289,7 @@ def ending(data: bytes, way: str) -> Behaviour:
             handler.close_connection = True
         return close
     if way in ("http10-length", "http10-eof"):
-        length = f"Content-Length: {len(data)}\r\n" if way == "http10-length" else ""
-
-        def http10(handler: http.server.BaseHTTPRequestHandler, _: int) -> None:
-            # As `python -m http.server` answers: HTTP/1.0, the connection closed after the body.
-            _raw(handler, f"HTTP/1.0 200 OK\r\nServer: SimpleHTTP/0.6\r\nContent-Type: image/jpeg\r\n{length}", data)
-            handler.close_connection = True
-        return http10
+        return http10(200, data, {"Content-Type": "image/jpeg"}, length=way == "http10-length")
     if way == "chunked":
         return chunked(data, piece=max(1, len(data) // 3))
     if way == "chunked-close":
@@ -308,6 +303,18 @@ def ending(data: bytes, way: str) -> Behaviour:
     if way in ("drops-idle", "drops-idle-reset"):
         return drops_idle(image(data), reset=way == "drops-idle-reset")
     raise ValueError(way)
+
+
+def http10(code: int, body: bytes = b"", headers: dict[str, str] | None = None, length: bool = True) -> Behaviour:
+    """As `python -m http.server` answers: HTTP/1.0, with or without Content-Length, the connection closed after
+    the body."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    lines += f"Content-Length: {len(body)}\r\n" if length else ""
+
+    def behave(handler: http.server.BaseHTTPRequestHandler, _: int) -> None:
+        _raw(handler, f"HTTP/1.0 {code} {http.HTTPStatus(code).phrase}\r\nServer: SimpleHTTP/0.6\r\n{lines}", body)
+        handler.close_connection = True
+    return behave
 
 
 def drops_idle(then: Behaviour, reset: bool = False) -> Behaviour:

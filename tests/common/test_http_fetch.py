@@ -366,6 +366,16 @@ def test_every_way_an_answer_can_end_is_read_whole_and_counts_one_attempt(loopba
     assert loopback.requests(path) == 3
 
 
+def test_http10_redirects_and_errors_without_a_length_end_at_eof(loopback, fetcher):
+    loopback.route("/end10/target.jpg", serve.ending(JPEG, "http10-eof"))
+    url = loopback.route("/end10/moved", serve.http10(301, b"moved", {"Location": "/end10/target.jpg"}, length=False))
+    assert fetcher.get(url).fields == {"url": url, "http_status": 200, "attempts": 2}
+    failure = failure_of(fetcher, loopback.route("/end10/missing", serve.http10(404, b"no " * 1000, length=False)))
+    assert (failure.reason, failure.fields["http_status"], failure.fields["attempts"]) == (failures.HTTP_404, 404, 1)
+    failure = failure_of(fetcher, loopback.route("/end10/down", serve.http10(503, b"down", length=False)))
+    assert (failure.reason, failure.fields["attempts"]) == (failures.HTTP_5XX, FAST.max_attempts)
+
+
 def test_a_body_shorter_than_its_content_length_is_a_connection_failure_tried_again(loopback, fetcher):
     """Issue 55: half the body, then the server closes: connection_failed (transient), not a truncated image."""
     url = loopback.route("/short/half.jpg", serve.short_body(JPEG))
