@@ -9,11 +9,16 @@
 Each behaviour is a function (handler, request number on that path) -> None that writes the whole
 answer itself, so the tests can send what no well-behaved server would: a body longer than its
 Content-Length, a reset mid-body, a 2 GB Content-Length with a short body, a trickle.
+
+Every way an answer can end has a behaviour too (`ending(data, way)`, the ways in `ENDINGS`): kept
+alive, `Connection: close`, HTTP/1.0 with and without Content-Length (the body ends at EOF), chunked,
+and a kept-alive connection that the server closes just as the next request on it goes out.
 """
 
 from __future__ import annotations
 
 import gzip
+import http
 import http.server
 import socket
 import struct
@@ -35,6 +40,7 @@ class LoopbackServer:
         self._headers: dict[str, list[dict[str, str]]] = {}
         self._lock = threading.Lock()
         self.connections = 0
+        self.dropped = 0  # Requests that came on a connection the server had decided to close (`drops_idle`).
         self.in_flight: Counter[str] = Counter()
         self.peak_in_flight: Counter[str] = Counter()
         server = self
@@ -51,6 +57,15 @@ class LoopbackServer:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - the base class's name.
+                if getattr(self, "drop_next", None) is not None:
+                    # The idle connection is closed as this request arrives: no answer (a FIN, or a reset).
+                    with server._lock:
+                        server.dropped += 1
+                    if self.drop_next == "reset":
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.connection.close()
+                    self.close_connection = True
+                    return
                 path = urllib.parse.urlsplit(self.path).path if "://" in self.path else self.path.split("?")[0]
                 with server._lock:
                     server._counts[path] += 1
@@ -249,3 +264,68 @@ def early_hints(then: Behaviour) -> Behaviour:
 def raw_gzip(packed: bytes) -> Behaviour:
     """Already gzipped bytes (a bomb, say) with Content-Encoding: gzip."""
     return lambda handler, _: _answer(handler, 200, packed, {"Content-Type": "image/png", "Content-Encoding": "gzip"})
+
+
+def short_body(data: bytes) -> Behaviour:
+    """The whole body's Content-Length, half the body, then the connection closed (a FIN, not a reset)."""
+    def behave(handler: http.server.BaseHTTPRequestHandler, _: int) -> None:
+        _answer(handler, 200, data[:len(data) // 2], {"Content-Type": "image/jpeg"}, length=len(data))
+        handler.close_connection = True
+    return behave
+
+
+def _raw(handler: http.server.BaseHTTPRequestHandler, head: str, body: bytes) -> None:
+    handler.wfile.write(head.encode("latin-1") + b"\r\n" + body)
+    handler.wfile.flush()
+
+
+def ending(data: bytes, way: str) -> Behaviour:
+    """`data` (an image) in an answer that ends one of the `ENDINGS` ways."""
+    if way == "keep-alive":
+        return image(data)
+    if way == "connection-close":
+        def close(handler: http.server.BaseHTTPRequestHandler, _: int) -> None:
+            _answer(handler, 200, data, {"Content-Type": "image/jpeg", "Connection": "close"})
+            handler.close_connection = True
+        return close
+    if way in ("http10-length", "http10-eof"):
+        return http10(200, data, {"Content-Type": "image/jpeg"}, length=way == "http10-length")
+    if way == "chunked":
+        return chunked(data, piece=max(1, len(data) // 3))
+    if way == "chunked-close":
+        def chunked_close(handler: http.server.BaseHTTPRequestHandler, _: int) -> None:
+            pieces = b"".join(f"{len(data[i:i + 100]):x}\r\n".encode() + data[i:i + 100] + b"\r\n"
+                              for i in range(0, len(data), 100))
+            head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n"
+            _raw(handler, head, pieces + b"0\r\n\r\n")
+            handler.close_connection = True
+        return chunked_close
+    if way in ("drops-idle", "drops-idle-reset"):
+        return drops_idle(image(data), reset=way == "drops-idle-reset")
+    raise ValueError(way)
+
+
+def http10(code: int, body: bytes = b"", headers: dict[str, str] | None = None, length: bool = True) -> Behaviour:
+    """As `python -m http.server` answers: HTTP/1.0, with or without Content-Length, the connection closed after
+    the body."""
+    lines = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    lines += f"Content-Length: {len(body)}\r\n" if length else ""
+
+    def behave(handler: http.server.BaseHTTPRequestHandler, _: int) -> None:
+        _raw(handler, f"HTTP/1.0 {code} {http.HTTPStatus(code).phrase}\r\nServer: SimpleHTTP/0.6\r\n{lines}", body)
+        handler.close_connection = True
+    return behave
+
+
+def drops_idle(then: Behaviour, reset: bool = False) -> Behaviour:
+    """`then`'s answer kept alive; the next request on that connection finds it closed (no answer: a FIN, or a
+    reset), as when a server's idle timeout fires just as the client reuses the connection."""
+    def behave(handler: http.server.BaseHTTPRequestHandler, number: int) -> None:
+        then(handler, number)
+        handler.drop_next = "reset" if reset else "close"  # type: ignore[attr-defined]
+    return behave
+
+
+# Every way an answer can end, as `ending` names them.
+ENDINGS = ("keep-alive", "connection-close", "http10-length", "http10-eof", "chunked", "chunked-close",
+           "drops-idle", "drops-idle-reset")

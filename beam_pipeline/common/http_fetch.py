@@ -1,5 +1,8 @@
 """Fetching one image URL, politely and safely: `HttpFetcher(config).fetch(url) -> bytes`, or a RowFailure.
 
+`get(url)` returns the body with the fields errors.jsonl keeps of a URL row (`Fetched`), so a row that fails
+later (its bytes are not an image) still names its URL, its last status and its attempts.
+
 What one fetch does, within `config.total_timeout` for everything:
 - resolve the host (cached a minute), and refuse the row as bad_url when any address it resolves to is
   loopback, private or link-local (unless --url_allow_private); then connect to that checked address
@@ -11,8 +14,12 @@ What one fetch does, within `config.total_timeout` for everything:
   Retry-After up to `retry_after_max`; never another 4xx;
 - refuse an X-Robots-Tag opt-out before reading the body, a Content-Length over the cap at once,
   and a body (after gzip/deflate decoding) once it passes the cap while it streams;
+- read an answer to its end however it ends: its Content-Length, its last chunk, or (HTTP/1.0, or
+  `Connection: close` without a length) the server closing the connection; a body that stops short of
+  its Content-Length is a connection failure, tried again, never a truncated image;
 - keep connections alive per (host, port, address), dropping one that has bytes pending (a body
-  longer than its Content-Length) or that the server closed.
+  longer than its Content-Length) or that the server closed; a kept-alive connection that the server
+  closes just as the next request goes out is replaced once by a fresh one, within the same try.
 
 A watchdog thread shuts down the socket of a request past its deadline, so a server that trickles
 its headers or body one byte at a time cannot hold a row past `total_timeout`.
@@ -47,7 +54,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 from beam_pipeline.common import urls
-from beam_pipeline.common.redact import MASK, redact_url
+from beam_pipeline.common.redact import MASK, redact, redact_url
 from beam_pipeline.common.urls import FetchConfig, Target
 from tf_serving_input import failures
 
@@ -81,6 +88,15 @@ def system_resolver(host: str, port: int) -> list[str]:
     """The host's addresses, from the operating system's resolver."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fetched:
+    """A URL's body and what errors.jsonl tells of the fetch (`url` without its password, `http_status`,
+    `attempts`): the fields a row that fails after its download still carries."""
+
+    body: bytes
+    fields: dict[str, object]
 
 
 class _Transient(Exception):
@@ -193,8 +209,7 @@ class _Connection(http.client.HTTPConnection):
     def _connect_tunnel(self) -> None:
         """CONNECT host:port through the proxy, for https."""
         target = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-        assert self.proxy is not None
-        credentials = f"Proxy-Authorization: {self.proxy[2]}\r\n" if self.proxy[2] else ""
+        credentials = f"Proxy-Authorization: {self.proxy[2]}\r\n" if self.proxy and self.proxy[2] else ""
         self.sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{credentials}\r\n".encode("ascii"))
         answer = http.client.HTTPResponse(self.sock, method="CONNECT")
         answer.begin()
@@ -281,22 +296,26 @@ class HttpFetcher:
 
     def fetch(self, url: str) -> bytes:
         """The body of `url` (decoded), or raises RowFailure with `url`, `http_status` and `attempts` fields."""
+        return self.get(url).body
+
+    def get(self, url: str) -> Fetched:
+        """The body of `url` (decoded) with its fields, or raises RowFailure with the same fields.
+
+        Never raises anything else: an exception no branch foresaw (a bug) is the row's `unexpected`
+        failure, with the fields.
+        """
         progress = _Progress(shown=redact_url(url.strip()))
+        password = None
         try:
-            target = urls.parse(url)
+            target = urls.parse(url)  # bad_url for what urlsplit refuses: the password below is then readable.
             password = urllib.parse.urlsplit(url.strip()).password
+            body = self._fetch(target, progress)
         except failures.RowFailure as failure:
-            raise failures.RowFailure(failure.reason, failure.detail, {
-                "url": progress.shown, "http_status": None, "attempts": 0}) from None
-        try:
-            return self._fetch(target, progress)
-        except failures.RowFailure as failure:
-            detail = failure.detail
-            for secret in {password, urllib.parse.unquote(password or "")} - {None, ""}:
-                if len(str(secret)) >= 3:  # As redact: a one- or two-character one would blank out ordinary words.
-                    detail = detail.replace(str(secret), MASK)
-            raise failures.RowFailure(failure.reason, detail, {
-                "url": progress.shown, "http_status": progress.status, "attempts": progress.attempts}) from None
+            raise failures.RowFailure(failure.reason, _unsaid(failure.detail, password), _fields(progress)) from None
+        except Exception as error:  # noqa: BLE001 - a bug: the row's failure, never the worker's.
+            detail = _unsaid(f"{progress.shown}: {type(error).__name__}: {error}", password)
+            raise failures.RowFailure(failures.UNEXPECTED, redact(detail), _fields(progress)) from None
+        return Fetched(body, _fields(progress))
 
     def _fetch(self, target: Target, progress: _Progress) -> bytes:
         config = self._config
@@ -375,7 +394,7 @@ class HttpFetcher:
                      deadline: float) -> _Connection:
         """A new connection to the first of the checked addresses that answers (a dual-stack host whose
         IPv6 address is unreachable from here is still fetched over IPv4)."""
-        failure: _Transient | None = None
+        failure = _Transient(failures.CONNECTION_FAILED, f"{target.shown}: no address to connect to")
         for address in addresses if proxy is None else addresses[:1]:
             try:
                 return self._new_connection(target, address, proxy, deadline)
@@ -383,7 +402,6 @@ class HttpFetcher:
                 failure = transient
                 if time.monotonic() >= deadline:
                     break
-        assert failure is not None
         raise failure
 
     def _proxy_for(self, target: Target) -> Proxy | None:
@@ -480,12 +498,17 @@ class HttpFetcher:
     def _exchange(self, conn: _Connection, target: Target, request_target: str, authorization: str | None,
                   deadline: float, progress: _Progress) -> bytes | str:
         """Sends the request on `conn` and reads the answer; the connection goes back to the pool when clean."""
-        assert conn.sock is not None
+        # The socket, held here: http.client hands it to the response and sets conn.sock to None when the
+        # answer will close the connection (HTTP/1.0, Connection: close), and the body is read from it still.
+        sock = conn.sock
+        if sock is None:  # A connection the pool handed out closed (never expected): a fresh one instead.
+            raise _StaleConnection()
         reused, conn.used = conn.used, True
-        ticket = self._watchdog.watch(conn.sock, deadline)
+        ticket = self._watchdog.watch(sock, deadline)
         keep = False
+        response: http.client.HTTPResponse | None = None
         try:
-            conn.sock.settimeout(self._read_timeout(deadline))
+            sock.settimeout(self._read_timeout(deadline))
             headers = {"User-Agent": self._user_agent, "Accept": _ACCEPT, "Accept-Encoding": "gzip, deflate"}
             if authorization:
                 headers["Authorization"] = authorization
@@ -494,12 +517,13 @@ class HttpFetcher:
             try:
                 conn.request("GET", request_target, headers=headers)
                 response = conn.getresponse()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as error:
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError,
+                    ConnectionAbortedError) as error:
                 if reused and time.monotonic() < deadline:
                     raise _StaleConnection() from error
                 raise
             progress.status = response.status
-            body, keep = self._answer(response, conn, target, deadline)
+            body, keep = self._answer(response, sock, target, deadline)
             return body
         except (failures.RowFailure, _Transient, _StaleConnection):
             raise
@@ -518,12 +542,14 @@ class HttpFetcher:
             if keep and not conn.proxy:
                 self._pool.give(conn)
             else:
+                if response is not None:
+                    response.close()  # A closing answer owns the socket: conn.close() alone leaves it open.
                 conn.close()
 
     def _read_timeout(self, deadline: float) -> float:
         return max(0.001, min(self._config.read_timeout, deadline - time.monotonic()))
 
-    def _answer(self, response: http.client.HTTPResponse, conn: _Connection, target: Target,
+    def _answer(self, response: http.client.HTTPResponse, sock: socket.socket, target: Target,
                 deadline: float) -> tuple[bytes | str, bool]:
         """(body or Location, whether the connection may be kept) for an answer; raises for failures."""
         status = response.status
@@ -559,9 +585,10 @@ class HttpFetcher:
         decoder = None if encoding == "identity" else zlib.decompressobj(16 + zlib.MAX_WBITS if "gzip" in encoding
                                                                          else zlib.MAX_WBITS)
         parts, size, wire = [], 0, 0
-        while True:
-            assert conn.sock is not None
-            conn.sock.settimeout(self._read_timeout(deadline))
+        # isclosed: the body ended (its last chunk, or EOF) and http.client closed its file; a closing
+        # answer's socket is then closed too, and no longer takes a timeout.
+        while not response.isclosed():
+            sock.settimeout(self._read_timeout(deadline))
             chunk = response.read1(_CHUNK)
             if not chunk:
                 break
@@ -584,6 +611,9 @@ class HttpFetcher:
             parts.append(chunk)
         if time.monotonic() >= deadline:  # The watchdog ended a body read until the connection closes.
             raise _Transient(failures.TIMEOUT, "stopped at the deadline")
+        if response.length:  # http.client ends a read at EOF quietly, however much Content-Length promised.
+            raise _Transient(failures.CONNECTION_FAILED, f"{shown}: the connection closed before the whole body came "
+                                                         f"({wire} of {wire + response.length} bytes)")
         if decoder is not None and not decoder.eof:
             raise failures.RowFailure(failures.CORRUPT, f"{shown}: the {encoding} body ends early")
         keep = not response.will_close
@@ -605,6 +635,19 @@ def _drain(response: http.client.HTTPResponse) -> bool:
     except (OSError, http.client.HTTPException):
         return False
     return len(data) <= _ERROR_BODY_DRAIN and not response.will_close and response.isclosed()
+
+
+def _fields(progress: _Progress) -> dict[str, object]:
+    """What errors.jsonl keeps of a URL row's fetch."""
+    return {"url": progress.shown, "http_status": progress.status, "attempts": progress.attempts}
+
+
+def _unsaid(detail: str, password: str | None) -> str:
+    """`detail` without the URL's password, as it is and percent-decoded."""
+    for secret in {password, urllib.parse.unquote(password or "")} - {None, ""}:
+        if len(str(secret)) >= 3:  # As redact: a one- or two-character one would blank out ordinary words.
+            detail = detail.replace(str(secret), MASK)
+    return detail
 
 
 def _words(error: BaseException) -> str:

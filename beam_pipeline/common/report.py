@@ -160,8 +160,11 @@ def _counts(manifest: dict[str, Any], done: str) -> list[SummaryRow]:
     """The rows/done/failed lines, with failures by reason."""
     rows: list[SummaryRow] = [("rows", manifest["rows"]), (done, manifest[done]), ("failed", manifest["failed"])]
     rows += [(f"  {reason}", count) for reason, count in manifest["failed_by_reason"].items()]
-    if "fetch" in manifest:  # URL rows: how many, and what came over the network.
-        rows.append(("URL rows", f"{manifest['fetch']['urls']}, {manifest['fetch']['bytes'] / 2**20:.1f} MiB fetched"))
+    if "fetch" in manifest:  # URL rows: how many, and what this run requested and fetched (a resume, fewer).
+        fetch = manifest["fetch"]
+        requested = fetch.get("requested", fetch["urls"])
+        asked = "" if requested == fetch["urls"] else f", {requested} requested in this run"
+        rows.append(("URL rows", f"{fetch['urls']}{asked}, {fetch['bytes'] / 2**20:.1f} MiB fetched"))
     cells = manifest.get("label_cells", {})  # What the CSV's read changed, so that nothing changes silently.
     if cells.get("stripped"):
         rows.append(("labels stripped", f"{cells['stripped']} had surrounding spaces, stripped"))

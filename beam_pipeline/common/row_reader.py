@@ -2,8 +2,8 @@
 
     reader = RowReader(fetch_config, max_file_bytes)
     for batch in reader.batches(rows, max_rows=8, max_bytes=32 << 20):
-        for position, row, item in batch:     # item: bytes or a failures.RowFailure
-            ...
+        for position, row, item, fields in batch:   # item: bytes or a failures.RowFailure
+            ...                                     # fields: a URL row's url, http_status, attempts
     reader.close()
 
 Up to `config.concurrency` rows are read at once on a thread pool, and at most
@@ -17,7 +17,9 @@ the outcomes back in row order (`preprocess/row_order.py`). Reads stop
 starting while the bytes read and not yet taken pass a cap.
 
 File rows in such a shard go through `rows.read_image_bytes`, the same as in a
-file-only shard, which never comes here.
+file-only shard, which never comes here. A URL row comes with the fields
+errors.jsonl keeps of its fetch (`url`, `http_status`, `attempts`), so that a
+row whose bytes later fail to decode still carries them; a file row with none.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ import threading
 import urllib.parse
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from beam_pipeline.common import urls
+from beam_pipeline.common.redact import redact, redact_url
 from beam_pipeline.common.urls import FetchConfig
 from tf_serving_input import failures
+
+if TYPE_CHECKING:
+    from beam_pipeline.common.http_fetch import Fetched
 
 # Bytes read and not yet taken by the consumer before no new read starts (the reads in flight still land).
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024
@@ -49,6 +55,10 @@ class ReadableRow(Protocol):
 
 
 Item = bytes | failures.RowFailure
+# What errors.jsonl keeps of a URL row's fetch; empty for a file row.
+Fields = dict[str, object]
+# A fetch function: the body with its fields (HttpFetcher.get), or bare bytes (no fields).
+Fetch = Callable[[str], "Fetched | bytes"]
 
 
 def host_of(url: str) -> str:
@@ -64,7 +74,7 @@ class RowReader:
     """Reads rows on a thread pool with per-host caps, handing them over in row order."""
 
     def __init__(self, config: FetchConfig, max_file_bytes: int,
-                 fetch: Callable[[str], bytes] | None = None,
+                 fetch: Fetch | None = None,
                  read_file: Callable[[str, int], bytes] | None = None,
                  max_buffered_bytes: int = MAX_BUFFERED_BYTES) -> None:
         from beam_pipeline.common.rows import read_image_bytes
@@ -76,8 +86,8 @@ class RowReader:
             from beam_pipeline.common.http_fetch import HttpFetcher
 
             self._fetcher = HttpFetcher(config, max_file_bytes)
-            fetch = self._fetcher.fetch
-        self._fetch = fetch
+            fetch = self._fetcher.get
+        self._fetch: Fetch = fetch
         self._read_file = read_file or read_image_bytes
         self._max_buffered = max_buffered_bytes
         self._pool = concurrent.futures.ThreadPoolExecutor(config.concurrency, thread_name_prefix="url-fetch")
@@ -88,21 +98,28 @@ class RowReader:
         if self._fetcher is not None:
             self._fetcher.close()
 
-    def read(self, row: ReadableRow) -> Item:
-        """One row's bytes or its RowFailure, on the calling thread."""
+    def read(self, row: ReadableRow) -> tuple[Item, Fields]:
+        """One row's bytes or its RowFailure, and its fields, on the calling thread."""
+        is_url = urls.is_http_url(row.path)
         try:
-            if urls.is_http_url(row.path):
-                return self._fetch(row.fetch_url or row.path)
-            return self._read_file(row.path, self._max_file_bytes)
+            if not is_url:
+                return self._read_file(row.path, self._max_file_bytes), {}
+            answer = self._fetch(row.fetch_url or row.path)
+            if isinstance(answer, bytes):
+                return answer, {}
+            return answer.body, answer.fields
         except failures.RowFailure as failure:
-            return failure
+            return failure, failure.fields
         except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
-            return failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}")
+            # HttpFetcher.get raises only RowFailures: this is a bug outside it (or a test's fetch function).
+            fields: Fields = {"url": redact_url(row.path), "http_status": None, "attempts": None} if is_url else {}
+            detail = redact(f"{type(error).__name__}: {error}")  # Its words may quote the URL with its password.
+            return failures.RowFailure(failures.UNEXPECTED, detail, fields), fields
 
     def batches(self, rows: Iterable[ReadableRow], max_rows: int,
-                max_bytes: int) -> Iterator[list[tuple[int, ReadableRow, Item]]]:
-        """Yields every row once as (position in `rows`, row, bytes or RowFailure), in batches of the rows
-        that completed: at least one, at most `max_rows` and (but for a single row) `max_bytes` bytes."""
+                max_bytes: int) -> Iterator[list[tuple[int, ReadableRow, Item, Fields]]]:
+        """Yields every row once as (position in `rows`, row, bytes or RowFailure, fields), in batches of the
+        rows that completed: at least one, at most `max_rows` and (but for a single row) `max_bytes` bytes."""
         rows = list(rows)
         schedule = _Schedule(self, rows)
         try:
@@ -110,7 +127,7 @@ class RowReader:
             while taken < len(rows):
                 batch = schedule.take(max_rows, max_bytes)
                 taken += len(batch)
-                yield [(position, rows[position], item) for position, item in batch]
+                yield [(position, rows[position], item, fields) for position, item, fields in batch]
         finally:
             schedule.abandon()
 
@@ -124,19 +141,19 @@ class _Schedule:
         self._lock = threading.Condition()
         self._queues: dict[str, deque[int]] = {}
         self._in_flight: dict[str, int] = {}
-        self._done: deque[tuple[int, Item]] = deque()
+        self._done: deque[tuple[int, Item, Fields]] = deque()
         self._buffered = 0  # Bytes read and not yet taken.
         self._next = 0  # The next row to queue.
         self._abandoned = False
         with self._lock:
             self._dispatch()
 
-    def take(self, max_rows: int, max_bytes: int) -> list[tuple[int, Item]]:
+    def take(self, max_rows: int, max_bytes: int) -> list[tuple[int, Item, Fields]]:
         """Waits for at least one completed row, then takes what else completed, within the limits."""
         with self._lock:
             while not self._done:
                 self._lock.wait()
-            batch: list[tuple[int, Item]] = []
+            batch: list[tuple[int, Item, Fields]] = []
             size = 0
             while self._done and len(batch) < max_rows:
                 item = self._done[0][1]
@@ -174,10 +191,10 @@ class _Schedule:
                 self._reader._pool.submit(self._run, position, host)
 
     def _run(self, position: int, host: str) -> None:
-        item = self._reader.read(self._rows[position])
+        item, fields = self._reader.read(self._rows[position])
         with self._lock:
             self._in_flight[host] -= 1
-            self._done.append((position, item))
+            self._done.append((position, item, fields))
             self._buffered += len(item) if isinstance(item, bytes) else 0
             self._dispatch()
             self._lock.notify_all()

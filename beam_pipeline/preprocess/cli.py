@@ -75,6 +75,19 @@ def retry_notice(layout, finished_earlier):
     return f"--retry_failed: fetching again {total} row{'' if total == 1 else 's'} that failed transiently ({reasons})"
 
 
+def fetched_this_run(totals, built, shards):
+    """The manifest's `fetch`: the output's URL rows (`urls`), and the URL rows requested and bytes fetched by
+    THIS run (a resume or --retry_failed fetches only some), from the pipeline's counters; the statuses' totals
+    (what fetched the shards, in whichever run) when the runner reported no counters."""
+    from beam_pipeline.preprocess.shard_writer import fetched_in_run
+
+    result = getattr(built[0], "result", None) if built else None
+    this_run = fetched_in_run(result, shards) if result is not None else None
+    if this_run is None:
+        this_run = {"requested": totals["urls"], "bytes": totals["bytes"]}
+    return {"urls": totals["urls"], **this_run}
+
+
 def _tft_temp_dir(layout, pipeline_options):
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -128,9 +141,14 @@ class PreprocessLauncher(Launcher):
         if job.retry_failed:
             terminal.notice(retry_notice(layout, finished_earlier))
         temp_dir = _tft_temp_dir(layout, self.pipeline_options)
-        wall_seconds = self.run_pipeline(
-            step, run_log, f"writing shards to {layout.data_dir}",
-            lambda pipeline: build_pipeline(pipeline, job, shard_counts, temp_dir), len(names), csv_summary.rows)
+        built = []  # The pipeline, for its result's counters once it has run.
+
+        def build(pipeline):
+            built.append(pipeline)
+            build_pipeline(pipeline, job, shard_counts, temp_dir)
+
+        wall_seconds = self.run_pipeline(step, run_log, f"writing shards to {layout.data_dir}", build, len(names),
+                                         csv_summary.rows)
 
         from tf_serving_input.normalization import read_statistics  # TF loads after Beam's workers start.
 
@@ -142,6 +160,8 @@ class PreprocessLauncher(Launcher):
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
+        if "fetch" in manifest:
+            manifest["fetch"] = fetched_this_run(manifest["fetch"], built, len(names))
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])

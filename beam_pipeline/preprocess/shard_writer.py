@@ -6,6 +6,11 @@ them. The work is done by `RowPreprocessor` (rows -> records, no Beam) and
 and emits, through a tagged output, 7 integers per shard and a label per image
 for tensorflow-transform's analysis. A bad row never raises: it is recorded,
 with its reason, in the shard's status file.
+
+What this run fetched (URL rows requested, bytes) is counted in Beam metrics,
+not only in the status files: a resumed shard fetches nothing, and a
+--retry_failed run fetches only the rows it requests again, even when none of
+them recovers and the shard's status stays as it was (`fetched_in_run`).
 """
 
 import os
@@ -13,6 +18,8 @@ import time
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
 
 from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.fast_exit import skip_final_collection
@@ -30,6 +37,27 @@ from tf_serving_input.features import PIXEL_MOMENTS as MOMENTS
 from tf_serving_input.layout import OutputLayout, shard_name
 
 STATS_TAG = "stats"
+# Beam counters of what this run did: shards processed (0 from a runner that reports no metrics), URL rows
+# requested and their bytes fetched.
+METRICS_NAMESPACE = "beam_image_pipeline.preprocess"
+_SHARDS, _URL_ROWS, _URL_BYTES = "shards", "url_rows_requested", "url_bytes_fetched"
+
+
+def fetched_in_run(result, shards):
+    """{'requested': URL rows, 'bytes': fetched} by the run whose PipelineResult is `result`, from its counters;
+    None when the runner reported no counters for its `shards` shards (the caller falls back to the statuses)."""
+    try:
+        counters = result.metrics().query(MetricsFilter().with_namespace(METRICS_NAMESPACE))["counters"]
+    except Exception:  # noqa: BLE001 - a runner without metrics: the summary falls back, the run still stands.
+        return None
+    totals = {}
+    for counter in counters:
+        # Committed (each bundle once, whatever the retries) where the runner has it, else attempted.
+        value = counter.committed if counter.committed is not None else counter.attempted
+        totals[counter.key.metric.name] = totals.get(counter.key.metric.name, 0) + (value or 0)
+    if totals.get(_SHARDS, 0) < shards:
+        return None
+    return {"requested": totals.get(_URL_ROWS, 0), "bytes": totals.get(_URL_BYTES, 0)}
 
 
 def _features(record):
@@ -53,6 +81,14 @@ def statistics_batches(total_moments, labels):
         yield to_record_batch([moments for moments, _ in batch], [label for _, label in batch])
 
 
+def _with_fields(outcome, fields):
+    """A URL row's failure after its download (not_an_image, truncated, ...) with the fetch's url, http_status
+    and attempts, as every failed URL row has them in errors.jsonl."""
+    if not fields or not isinstance(outcome, failures.RowFailure) or outcome.fields:
+        return outcome
+    return failures.RowFailure(outcome.reason, outcome.detail, fields)
+
+
 class WriteShardFn(beam.DoFn):
     """((split, shard_index), [Row]) -> a shard file, its status file and one summary dict.
 
@@ -74,6 +110,9 @@ class WriteShardFn(beam.DoFn):
         self._retry_failed = retry_failed
         self._preprocessor = None
         self._row_reader = None  # Started for the first shard holding URL rows, not in __init__ (it pickles).
+        self._shards = Metrics.counter(METRICS_NAMESPACE, _SHARDS)
+        self._url_rows = Metrics.counter(METRICS_NAMESPACE, _URL_ROWS)
+        self._url_bytes = Metrics.counter(METRICS_NAMESPACE, _URL_BYTES)
 
     def setup(self):
         configure_tensorflow_threads()
@@ -85,25 +124,29 @@ class WriteShardFn(beam.DoFn):
             self._row_reader.close()
             self._row_reader = None
 
-    def _outcomes(self, rows, fetched=None):
+    def _outcomes(self, rows, fetched):
         """(row, Written | RowFailure) in row order: files read here as before; URL rows fetched concurrently,
-        preprocessed as they arrive and put back in row order. `fetched` gets the URL rows and bytes."""
+        preprocessed as they arrive and put back in row order. `fetched` gets the URL rows and bytes, and so
+        do this run's counters."""
         urls = sum(is_http_url(row.path) for row in rows)
         if not urls:
             yield from self._preprocessor(rows)
             return
-        if fetched is not None:
-            fetched.update(urls=urls, bytes=0)
+        fetched.update(urls=urls, bytes=0)
+        self._url_rows.inc(urls)
         if self._row_reader is None:
             self._row_reader = RowReader(self._fetch_config, self._max_file_bytes)
         in_order = InRowOrder()
         try:
             for batch in self._row_reader.batches(rows, ROWS_PER_CALL, BYTES_PER_CALL):
-                if fetched is not None:
-                    fetched["bytes"] += sum(len(item) for _, row, item in batch
-                                            if isinstance(item, bytes) and is_http_url(row.path))
-                for position, row, outcome in self._preprocessor.preprocess_batch(batch):
-                    in_order.put(position, row, outcome)
+                size = sum(len(item) for _, row, item, _ in batch if isinstance(item, bytes) and is_http_url(row.path))
+                fetched["bytes"] += size
+                self._url_bytes.inc(size)
+                fields = {position: row_fields for position, _, _, row_fields in batch}
+                outcomes = self._preprocessor.preprocess_batch([(position, row, item)
+                                                                for position, row, item, _ in batch])
+                for position, row, outcome in outcomes:
+                    in_order.put(position, row, _with_fields(outcome, fields[position]))
                 yield from in_order.ready()
         finally:
             in_order.close()
@@ -124,6 +167,7 @@ class WriteShardFn(beam.DoFn):
         if split == self._stats_split:
             for batch in statistics_batches(status["pixel_moments"], labels):
                 yield beam.pvalue.TaggedOutput(STATS_TAG, batch)
+        self._shards.inc()
         yield status
 
     def _retry(self, name, rows, status, data):
@@ -138,7 +182,8 @@ class WriteShardFn(beam.DoFn):
         if not again:
             return status, data
         started = time.time()
-        outcomes = dict((row.key, outcome) for row, outcome in self._outcomes(again))
+        refetched = {}
+        outcomes = dict((row.key, outcome) for row, outcome in self._outcomes(again, refetched))
         recovered = {key: outcome for key, outcome in outcomes.items() if isinstance(outcome, Written)}
         if not recovered:
             return status, data
@@ -160,7 +205,10 @@ class WriteShardFn(beam.DoFn):
                 failed=failed, pixel_moments=moments.tolist(), started=round(started, 3),
                 seconds=round(time.time() - started, 3), worker_pid=os.getpid(),
                 retried={"rows": len(again), "recovered": len(recovered)},
-                **({"fetch": status["fetch"]} if "fetch" in status else {})))
+                # The shard's URL rows, and the bytes of every run that fetched them (this one's counters hold
+                # what this run fetched).
+                **({"fetch": dict(status["fetch"], bytes=status["fetch"]["bytes"] + refetched.get("bytes", 0))}
+                   if "fetch" in status else {})))
         return status, b"".join(frame_record(record) for record in ordered)
 
     def _write(self, split, shard_index, name, rows):

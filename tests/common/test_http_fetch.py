@@ -340,3 +340,66 @@ def test_a_proxy_gets_its_credentials_from_its_url(loopback, monkeypatch):
 def test_a_short_password_does_not_garble_the_detail(loopback, fetcher):
     failure = failure_of(fetcher, loopback.url("/short/404", userinfo="u:e@"))
     assert failure.reason == failures.HTTP_404 and "answered 404 Not Found" in failure.detail
+
+
+@pytest.mark.parametrize("way", serve.ENDINGS)
+def test_every_way_an_answer_can_end_is_read_whole_and_counts_one_attempt(loopback, way):
+    """Issue 54: http.client hands a closing answer's socket to the response (conn.sock is None): the body is
+    still read, to its Content-Length, its last chunk or EOF; a kept-alive connection is pooled, a closed one not."""
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
+    path = f"/end/{way}.jpg"
+    url = loopback.route(path, serve.ending(JPEG, way))
+    try:
+        before, dropped = loopback.connections, loopback.dropped
+        for _ in range(3):
+            answer = fetcher.get(url)
+            assert answer.body == JPEG, way
+            assert answer.fields == {"url": url, "http_status": 200, "attempts": 1}, way
+    finally:
+        fetcher.close()
+    closes = way not in ("keep-alive", "chunked")
+    if way.startswith("drops-idle"):
+        # Each reuse found the connection closed as its request went out: once more on a fresh one, not a failed try.
+        assert (loopback.dropped - dropped, loopback.connections - before) == (2, 3)
+    else:
+        assert loopback.connections - before == (3 if closes else 1), way
+    assert loopback.requests(path) == 3
+
+
+def test_http10_redirects_and_errors_without_a_length_end_at_eof(loopback, fetcher):
+    loopback.route("/end10/target.jpg", serve.ending(JPEG, "http10-eof"))
+    url = loopback.route("/end10/moved", serve.http10(301, b"moved", {"Location": "/end10/target.jpg"}, length=False))
+    assert fetcher.get(url).fields == {"url": url, "http_status": 200, "attempts": 2}
+    failure = failure_of(fetcher, loopback.route("/end10/missing", serve.http10(404, b"no " * 1000, length=False)))
+    assert (failure.reason, failure.fields["http_status"], failure.fields["attempts"]) == (failures.HTTP_404, 404, 1)
+    failure = failure_of(fetcher, loopback.route("/end10/down", serve.http10(503, b"down", length=False)))
+    assert (failure.reason, failure.fields["attempts"]) == (failures.HTTP_5XX, FAST.max_attempts)
+
+
+def test_a_body_shorter_than_its_content_length_is_a_connection_failure_tried_again(loopback, fetcher):
+    """Issue 55: half the body, then the server closes: connection_failed (transient), not a truncated image."""
+    url = loopback.route("/short/half.jpg", serve.short_body(JPEG))
+    failure = failure_of(fetcher, url)
+    assert failure.reason == failures.CONNECTION_FAILED and "closed before the whole body came" in failure.detail
+    assert failure.reason in failures.TRANSIENT
+    assert (failure.fields["http_status"], failure.fields["attempts"]) == (200, FAST.max_attempts)
+    assert loopback.requests("/short/half.jpg") == FAST.max_attempts
+    # Over HTTP/1.0 too, and when it comes whole on the next try.
+    loopback.route("/short/http10.jpg", lambda handler, number: (
+        serve.short_body(JPEG) if number == 1 else serve.ending(JPEG, "http10-length"))(handler, number))
+    answer = fetcher.get(loopback.url("/short/http10.jpg"))
+    assert (answer.body, answer.fields["attempts"]) == (JPEG, 2)
+
+
+def test_a_bug_inside_a_fetch_fails_its_row_as_unexpected_with_the_url_fields(loopback, monkeypatch):
+    """An exception the fetch did not foresee is the row's `unexpected` failure, never raised, fields kept."""
+    fetcher = HttpFetcher(FAST, max_bytes=64 * 1024)
+    url = loopback.route("/bug/a.jpg", serve.image(JPEG))
+    monkeypatch.setattr(HttpFetcher, "_answer", lambda *args: 1 / 0)
+    try:
+        failure = failure_of(fetcher, loopback.url("/bug/a.jpg", userinfo="u:pw-secret@"))
+    finally:
+        fetcher.close()
+    assert failure.reason == failures.UNEXPECTED and "ZeroDivisionError" in failure.detail
+    assert failure.fields == {"url": url.replace("//", "//u:***@"), "http_status": 200, "attempts": 1}
+    assert "pw-secret" not in f"{failure.detail} {failure.fields}"

@@ -41,7 +41,11 @@ class Recorder:
 
 def read_all(reader, rows, max_rows=8, max_bytes=1 << 20):
     batches = list(reader.batches(rows, max_rows, max_bytes))
-    return batches, {position: (row, item) for batch in batches for position, row, item in batch}
+    return batches, {position: (row, item) for batch in batches for position, row, item, _ in batch}
+
+
+def fields_of(reader, rows):
+    return {position: fields for batch in reader.batches(rows, 8, 1 << 20) for position, _, _, fields in batch}
 
 
 def test_every_row_comes_back_once_with_its_position_failures_and_files_included(tmp_path):
@@ -72,7 +76,7 @@ def test_one_slow_host_takes_at_most_its_share_of_the_slots():
     assert recorder.peak == {"slow": 2, "fast": 2}
     # The fast host's rows were not held behind the slow host's: they came back first.
     first_slow = next(i for i, batch in enumerate(batches) if any(row.path.startswith("http://slow")
-                                                                  for _, row, _ in batch))
+                                                                  for _, row, _, _ in batch))
     assert sum(len(batch) for batch in batches[:first_slow]) >= 20
 
 
@@ -90,10 +94,10 @@ def test_a_stuck_row_holds_no_other_row():
         batches = reader.batches(rows, 8, 1 << 20)
         seen = set()
         while len(seen) < 99:
-            seen |= {position for position, _, _ in next(batches)}
+            seen |= {position for position, _, _, _ in next(batches)}
         assert 0 not in seen  # Every other row came back while row 0 was stuck.
         release.set()
-        assert [position for position, _, _ in next(batches)] == [0]
+        assert [position for position, _, _, _ in next(batches)] == [0]
     finally:
         release.set()
         reader.close()
@@ -128,23 +132,47 @@ def test_a_batch_stays_within_its_byte_limit_but_a_single_large_row_still_passes
     finally:
         reader.close()
     for batch in batches:
-        sizes = [len(item) for _, _, item in batch]
+        sizes = [len(item) for _, _, item, _ in batch]
         assert len(batch) == 1 or sum(sizes) <= 250
 
 
-def test_an_unexpected_error_fails_only_its_row():
+def test_an_unexpected_error_fails_only_its_row_with_the_url_and_no_password():
     def fetch(url):
         if url.endswith("/1"):
-            raise RuntimeError("boom")
+            raise RuntimeError(f"boom at {url}")
         return b"ok"
 
     reader = RowReader(FetchConfig(concurrency=2, per_host=2), 1024, fetch=fetch)
     try:
-        _, by_position = read_all(reader, [FakeRow(f"http://h/{i}") for i in range(3)])
+        _, by_position = read_all(reader, [FakeRow(f"http://u:***@h/{i}", fetch_url=f"http://u:pw-secret@h/{i}")
+                                           for i in range(3)])
     finally:
         reader.close()
     assert by_position[0][1] == by_position[2][1] == b"ok"
-    assert by_position[1][1].reason == failures.UNEXPECTED and "boom" in by_position[1][1].detail
+    failure = by_position[1][1]
+    assert failure.reason == failures.UNEXPECTED and "boom at http://u:***@h/1" in failure.detail
+    assert failure.fields == {"url": "http://u:***@h/1", "http_status": None, "attempts": None}
+
+
+def test_a_url_row_comes_with_its_fetch_fields_whether_it_was_fetched_or_failed(loopback, tmp_path):
+    """The fields errors.jsonl keeps of a URL row travel with its bytes too (issue 55: a row failing after its
+    download lost them); a file row has none."""
+    import http_server as serve
+
+    loopback.route("/reader/a.jpg", serve.image(b"not decoded here"))
+    (tmp_path / "f.bin").write_bytes(b"file")
+    rows = [FakeRow(loopback.url("/reader/a.jpg")), FakeRow(loopback.url("/reader/missing")),
+            FakeRow(str(tmp_path / "f.bin")), FakeRow("http://u:***@127.0.0.1:1/x", fetch_url="http://u:pw@127.0.0.1:1/x")]
+    reader = RowReader(FetchConfig(concurrency=2, per_host=2, allow_private=True, max_attempts=1, connect_timeout=1.0,
+                                   total_timeout=2.0), 1024)
+    try:
+        fields = fields_of(reader, rows)
+    finally:
+        reader.close()
+    assert fields[0] == {"url": loopback.url("/reader/a.jpg"), "http_status": 200, "attempts": 1}
+    assert fields[1] == {"url": loopback.url("/reader/missing"), "http_status": 404, "attempts": 1}
+    assert fields[2] == {}
+    assert fields[3] == {"url": "http://u:***@127.0.0.1:1/x", "http_status": None, "attempts": 1}
 
 
 def test_the_fetch_gets_the_url_with_its_password_and_nothing_else_does():

@@ -89,6 +89,8 @@ def test_output_contract_and_row_accounting(finished_run):
     assert {"splits", "shards", "config", "statistics", "wall_seconds", "versions"} <= set(manifest)
     assert manifest["versions"]["tensorflow-transform"].startswith("1.21")
     assert set(manifest["splits"]) == {"train", "validation"}
+    # The URL row, fetched in Beam's worker processes: their counters reach the manifest (this run's fetches).
+    assert manifest["fetch"]["urls"] == manifest["fetch"]["requested"] == 1 and manifest["fetch"]["bytes"] > 0
 
     errors = outputs.errors(out)
     assert {e["source"]: e["reason"] for e in errors} == {name: reason for name, (reason, _) in BAD.items()}

@@ -56,10 +56,17 @@ def test_every_url_row_is_written_or_failed_with_its_reason(loopback, images, tm
         "gzip": loopback.route("/mix/c.jpg", serve.gzipped(data["c.jpg"])),
         "non_ascii": loopback.url("/mix/dé jà.png?q=ü"),
         "password": loopback.url("/mix/secret.jpg", userinfo=f"reader:{PASSWORD}@"),
+        # Answers that end by closing the connection (issue 54: each failed as `unexpected`), and a kept-alive
+        # connection the server closes as the next request on it goes out.
+        "http10_eof": loopback.route("/mix/e.jpg", serve.ending(data["c.jpg"], "http10-eof")),
+        "connection_close": loopback.route("/mix/f.png", serve.ending(data["d.png"], "connection-close")),
+        "chunked_close": loopback.route("/mix/g.png", serve.ending(data["b.png"], "chunked-close")),
+        "drops_idle": loopback.route("/mix/h.jpg", serve.ending(data["a.jpg"], "drops-idle")),
     }
     loopback.route("/mix/d%C3%A9%20j%C3%A0.png", serve.image(data["d.png"], "image/png"))
     loopback.route("/mix/secret.jpg", serve.basic_auth("reader", PASSWORD, serve.image(data["a.jpg"])))
-    twins = {"plain": "a.jpg", "chunked": "b.png", "gzip": "c.jpg", "non_ascii": "d.png", "password": "a.jpg"}
+    twins = {"plain": "a.jpg", "chunked": "b.png", "gzip": "c.jpg", "non_ascii": "d.png", "password": "a.jpg",
+             "http10_eof": "c.jpg", "connection_close": "d.png", "chunked_close": "b.png", "drops_idle": "a.jpg"}
     hostile = {
         loopback.route("/mix/404", serve.status(404)): failures.HTTP_404,
         loopback.route("/mix/410", serve.status(410)): failures.HTTP_410,
@@ -71,6 +78,8 @@ def test_every_url_row_is_written_or_failed_with_its_reason(loopback, images, tm
         loopback.route("/mix/reset", serve.reset_mid_body(data["a.jpg"])): failures.CONNECTION_FAILED,
         loopback.route("/mix/huge", serve.claims_length(2 * 1024 ** 3)): failures.TOO_LARGE,
         loopback.route("/mix/page.html", serve.html()): failures.NOT_AN_IMAGE,
+        loopback.route("/mix/cut.jpg", serve.image(data["a.jpg"][:len(data["a.jpg"]) // 2])): failures.TRUNCATED,
+        loopback.route("/mix/short.jpg", serve.short_body(data["a.jpg"])): failures.CONNECTION_FAILED,
         loopback.route("/mix/noai", serve.image(data["a.jpg"], headers={"X-Robots-Tag": "noai"})): failures.OPTED_OUT,
         loopback.url("/mix/404", userinfo=f"reader:{PASSWORD}@").replace("/mix/404", "/mix/nope"): failures.HTTP_404,
         "ftp://127.0.0.1/x.jpg": failures.BAD_URL,
@@ -110,12 +119,21 @@ def test_every_url_row_is_written_or_failed_with_its_reason(loopback, images, tm
         assert comparable(record) == comparable(twin), kind
         assert (record["pixels"] == twin["pixels"]).all(), kind
 
-    # errors.jsonl: the URL without its password, the status and the attempts.
+    # errors.jsonl: the URL without its password, the status and the attempts, for every failed URL row, also
+    # those that failed after their download; no row failed as `unexpected` (a bug's reason, never a server's).
     entries = {entry["source"]: entry for entry in outputs.errors(out)}
     assert entries[loopback.url("/mix/503")]["http_status"] == 503
     assert entries[loopback.url("/mix/503")]["attempts"] == 2
     assert entries[loopback.url("/mix/404")]["attempts"] == 1
     assert entries["ftp://127.0.0.1/x.jpg"]["url"] == "ftp://127.0.0.1/x.jpg"
+    for url in (url for url, reason in hostile.items() if reason is not None and url.startswith("http")):
+        entry = entries[url.replace(PASSWORD, "***")]
+        assert entry["url"] == url.replace(PASSWORD, "***") and {"http_status", "attempts"} <= set(entry), entry
+    for path in ("/mix/page.html", "/mix/cut.jpg"):  # not_an_image and truncated: failed after their download.
+        assert (entries[loopback.url(path)]["http_status"], entries[loopback.url(path)]["attempts"]) == (200, 1), path
+    assert entries[loopback.url("/mix/short.jpg")]["attempts"] == 2  # Transient: tried again.
+    assert loopback.requests("/mix/short.jpg") == 2
+    assert not [entry for entry in entries.values() if entry["reason"] == failures.UNEXPECTED]
 
     # The password is nowhere: no file of the output, no line printed.
     for root, _, names in os.walk(out):
@@ -145,8 +163,12 @@ def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(lo
     def sometimes_down(handler, number):
         (serve.status(503) if state["down"] else serve.image(data["b.png"], "image/png"))(handler, number)
 
+    def sometimes_short(handler, number):  # Half its Content-Length, then closed: connection_failed, transient.
+        (serve.short_body(data["c.jpg"]) if state["down"] else serve.image(data["c.jpg"]))(handler, number)
+
     rows = [[loopback.route(f"/retry/{name}", serve.image(content)), "ok"] for name, content in sorted(data.items())]
     rows += [[loopback.route("/retry/down.png", sometimes_down), "down"],
+             [loopback.route("/retry/short.jpg", sometimes_short), "short"],
              [loopback.route("/retry/gone", serve.status(404)), "gone"]]
     csv_path = tmp_path / "retry.csv"
     imaging.write_csv(csv_path, ["path", "label"], rows)
@@ -154,21 +176,37 @@ def test_retry_failed_fetches_only_transient_failures_and_matches_a_fresh_run(lo
 
     assert run_job(csv_path, out, "--url_allow_private") == 0
     assert outputs.reasons_by_source(out) == {loopback.url("/retry/down.png"): failures.HTTP_5XX,
+                                              loopback.url("/retry/short.jpg"): failures.CONNECTION_FAILED,
                                               loopback.url("/retry/gone"): failures.HTTP_404}
+    assert outputs.manifest(out)["fetch"] == {"urls": len(rows), "requested": len(rows),
+                                              "bytes": sum(len(content) for content in data.values())}
+    assert summary_line(capsys.readouterr().out) == f"URL rows {len(rows)}, 0.0 MiB fetched"
     statuses_before = {path: open(path, "rb").read() for path in _status_files(out)}
     # Nothing recovers: the shards and their statuses stay as they were.
     assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
     assert {path: open(path, "rb").read() for path in _status_files(out)} == statuses_before
+    said = capsys.readouterr()
+    assert "no row failed transiently" not in said.err
+    # The summary and the manifest tell what this run fetched: 2 rows requested again, no image came.
+    assert summary_line(said.out) == f"URL rows {len(rows)}, 2 requested in this run, 0.0 MiB fetched"
+    assert outputs.manifest(out)["fetch"] == {"urls": len(rows), "requested": 2, "bytes": 0}
 
-    assert "no row failed transiently" not in capsys.readouterr().err
     state["down"] = False
-    fetched = {path: loopback.requests(path) for path in ("/retry/a.jpg", "/retry/down.png", "/retry/gone")}
+    fetched = {path: loopback.requests(path) for path in ("/retry/a.jpg", "/retry/down.png", "/retry/short.jpg",
+                                                          "/retry/gone")}
     assert run_job(csv_path, out, "--url_allow_private", "--retry_failed") == 0
-    assert "fetching again 1 row that failed transiently (http_5xx 1)" in capsys.readouterr().err
+    said = capsys.readouterr()
+    notice = next(line for line in said.err.splitlines() if "--retry_failed" in line)
+    assert "fetching again 2 rows that failed transiently (" in notice
+    assert "http_5xx 1" in notice and "connection_failed 1" in notice
     assert loopback.requests("/retry/a.jpg") == fetched["/retry/a.jpg"]  # Written rows are not fetched again,
     assert loopback.requests("/retry/gone") == fetched["/retry/gone"]  # nor a 404,
-    assert loopback.requests("/retry/down.png") == fetched["/retry/down.png"] + 1  # only the transient one.
+    assert loopback.requests("/retry/down.png") == fetched["/retry/down.png"] + 1  # only the transient ones,
+    assert loopback.requests("/retry/short.jpg") == fetched["/retry/short.jpg"] + 1  # a short body included.
     assert outputs.reasons_by_source(out) == {loopback.url("/retry/gone"): failures.HTTP_404}
+    assert outputs.manifest(out)["fetch"] == {"urls": len(rows), "requested": 2,
+                                              "bytes": len(data["b.png"]) + len(data["c.jpg"])}
+    assert summary_line(said.out) == f"URL rows {len(rows)}, 2 requested in this run, 0.0 MiB fetched"
     keys = [key for shard in outputs.keys_by_shard(out).values() for key in shard]
     assert len(keys) == len(set(keys)) == len(rows) - 1
 
@@ -185,7 +223,36 @@ def test_retry_failed_with_overwrite_is_refused(tmp_path, capsys):
     assert "--retry_failed" in capsys.readouterr().err
 
 
+def summary_line(out):
+    """The summary's URL line, its spaces collapsed."""
+    return " ".join(next(line for line in out.splitlines() if "URL rows" in line).split())
+
+
 def _status_files(out):
     layout = outputs.layout(out)
     return sorted(os.path.join(layout.status_dir, name) for name in os.listdir(layout.status_dir))
 
+
+
+def test_this_runs_fetches_come_from_its_counters_and_from_the_statuses_without_them():
+    """Issue 55: a --retry_failed run reported the earlier runs' totals. The manifest's `requested` and `bytes`
+    are this run's counters; a runner that reports no counters (fewer shards counted than run) falls back."""
+    import apache_beam as beam
+    from apache_beam.metrics import Metrics
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    from beam_pipeline.preprocess.cli import fetched_this_run
+    from beam_pipeline.preprocess.shard_writer import METRICS_NAMESPACE
+
+    def count(urls):  # As WriteShardFn counts: one shard, its URL rows requested, their bytes.
+        Metrics.counter(METRICS_NAMESPACE, "shards").inc()
+        Metrics.counter(METRICS_NAMESPACE, "url_rows_requested").inc(urls)
+        Metrics.counter(METRICS_NAMESPACE, "url_bytes_fetched").inc(1000 * urls)
+        return urls
+
+    with beam.Pipeline(runner=FnApiRunner()) as pipeline:
+        _ = pipeline | beam.Create([0, 2, 0]) | beam.Map(count)
+    totals = {"urls": 417, "bytes": 2_900_000}  # The statuses': every run that wrote the shards.
+    assert fetched_this_run(totals, [pipeline], shards=3) == {"urls": 417, "requested": 2, "bytes": 2000}
+    assert fetched_this_run(totals, [pipeline], shards=4) == {"urls": 417, "requested": 417, "bytes": 2_900_000}
+    assert fetched_this_run(totals, [], shards=3) == {"urls": 417, "requested": 417, "bytes": 2_900_000}
