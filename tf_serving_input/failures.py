@@ -43,6 +43,9 @@ TOO_LARGE = "too_large"
 OPTED_OUT = "opted_out"
 # A file: URL cell naming another machine's file (beam_pipeline/common/file_urls.py).
 REMOTE_FILE_URL = "remote_file_url"
+# The user's own steps (--image_step; tf_serving_input/steps.py).
+STEP_FAILED = "step_failed"
+STEP_BAD_OUTPUT = "step_bad_output"
 
 REASONS = {
     FILE_NOT_FOUND: ("the path names no file: nothing is there, a symbolic link points at nothing, or a name on "
@@ -87,6 +90,10 @@ REASONS = {
                 "for all agents or for beam-image-pipeline): it is not written"),
     REMOTE_FILE_URL: ("a file: URL names a host other than localhost (file://HOST/path): another machine's file, "
                       "which is not read; file:///path and file://localhost/path are this machine's files"),
+    STEP_FAILED: ("a --image_step raised for this image: the detail names the step, the error's type and its "
+                  "first line (a Python step's traceback is in the run's log)"),
+    STEP_BAD_OUTPUT: ("a --image_step returned something that is not a uint8 [h, w, 3] image with h, w >= 1 (another "
+                      "dtype, rank or channel count, an empty image, not an array): the detail says what came back"),
 }
 
 # Failures a later `--retry_failed` run fetches again: they may not happen twice.

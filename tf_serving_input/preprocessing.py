@@ -17,13 +17,17 @@ serving request sees. A decode op that fails on bad data raises its own error.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from tf_serving_input import failures, formats
 from tf_serving_input.features import PreprocessConfig
+from tf_serving_input.steps import run_tf_steps
+
+# A user's TF step as preprocessing runs it: (its name, the function traced by `steps.trace`).
+Step = tuple[str, Callable[[tf.Tensor], tf.Tensor]]
 
 _EXIF_ORIENTATION_TAG = 0x0112
 # EXIF (APP1) must sit within the first 64 KiB: a JPEG segment is at most that long.
@@ -556,8 +560,17 @@ def resize_image(image: tf.Tensor, image_size: int, resize_mode: str = "center_c
 
 
 def preprocess_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, height_width: tf.Tensor,
-                             config: PreprocessConfig = _DEFAULT_CONFIG) -> tf.Tensor:
-    """Image bytes `inspect_image` passed -> the model-sized RGB uint8 [S, S, 3] image training sees."""
+                             config: PreprocessConfig = _DEFAULT_CONFIG, steps: Sequence[Step] = ()) -> tf.Tensor:
+    """Image bytes `inspect_image` passed -> the model-sized RGB uint8 [S, S, 3] image training sees.
+
+    `steps`: the user's TF steps, (name, traced function) in order (`tf_serving_input.steps`); a bad
+    output fails with 'step_bad_output: <detail>' (`preprocess_stepped_image` returns it instead).
+    """
+    if steps:
+        image, bad, detail = preprocess_stepped_image(data, image_format, height_width, config, steps)
+        with tf.control_dependencies([tf.debugging.Assert(tf.logical_not(bad), [
+                tf.strings.join([failures.STEP_BAD_OUTPUT, ": ", detail])], summarize=1)]):
+            return tf.identity(image)
     image, box = decode_checked_image(
         data, image_format, height_width, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
         resize_mode=config.resize_mode)
@@ -566,12 +579,29 @@ def preprocess_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, h
     return resize_image(image, config.image_size, config.resize_mode, box, area)
 
 
-def preprocess_image(data: tf.Tensor | bytes, config: PreprocessConfig = _DEFAULT_CONFIG) -> tf.Tensor:
+def preprocess_image(data: tf.Tensor | bytes, config: PreprocessConfig = _DEFAULT_CONFIG,
+                     steps: Sequence[Step] = ()) -> tf.Tensor:
     """Raw encoded bytes -> the model-sized RGB uint8 [S, S, 3] image that training sees.
 
-    Bytes that are no decodable image fail with '<reason code>: <detail>'.
+    Bytes that are no decodable image fail with '<reason code>: <detail>'. `steps`: see
+    `preprocess_checked_image`.
     """
     problem, image_format, height_width = inspect_image(data, config.max_pixels)
     with tf.control_dependencies([assert_decodable(problem, image_format, height_width, config.max_pixels)]):
         data = tf.identity(data)
-    return preprocess_checked_image(data, image_format, height_width, config)
+    return preprocess_checked_image(data, image_format, height_width, config, steps)
+
+
+# ------------------------------------------------------------------------------------------ the user's steps
+def preprocess_stepped_image(data: tf.Tensor | bytes, image_format: tf.Tensor, height_width: tf.Tensor,
+                             config: PreprocessConfig, steps: Sequence[Step]) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """`preprocess_checked_image` with the user's TF steps: (uint8 [S, S, 3], bad output (bool), detail).
+
+    The hook point: the steps run on the decoded, upright image (shrink-on-load may have reduced a
+    large JPEG), and the resize then sizes whatever they return, with the filter its size chooses.
+    """
+    image, _ = decode_checked_image(
+        data, image_format, height_width, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
+        resize_mode=config.resize_mode)
+    image, bad, detail = run_tf_steps(image, steps)
+    return resize_image(image, config.image_size, config.resize_mode), bad, detail

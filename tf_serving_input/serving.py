@@ -34,6 +34,7 @@ from tf_serving_input.codecs import parse_records
 from tf_serving_input.features import load_preprocess_config
 from tf_serving_input.normalization import normalize_images, read_statistics
 from tf_serving_input.preprocessing import preprocess_image
+from tf_serving_input.steps import TF, StepRecord, load, records_of, trace
 
 # TensorFlow Serving's REST API takes {"b64": ...} for inputs whose name ends in "_bytes".
 IMAGE_BYTES_INPUT = "image_bytes"
@@ -84,6 +85,25 @@ def _serving_model(model: keras.Model, embedding_layer: str | Literal[False] | N
     return keras.Model(model.inputs, outputs, name=f"{model.name}_serving"), True
 
 
+def recorded_tf_steps(output_dir: str) -> tuple[list[tuple[str, Any]], list[StepRecord]]:
+    """The run's --image_step steps, loaded and traced for the export: ([(name, traced)], records).
+
+    Code is loaded only from the file (or module) the run's manifest records, and only when its
+    SHA-256 is the recorded one (`steps.load`; StepRefused otherwise). A Python step cannot be
+    served: ValueError naming it and the ways out.
+    """
+    from tf_serving_input.layout import OutputLayout
+
+    records = records_of(OutputLayout(output_dir).load_manifest()["config"])
+    for record in records:
+        if record.kind != TF:
+            raise ValueError(
+                f"step {record.position + 1} of {output_dir}, {record.spec}, is a Python step (@python_step), which "
+                "a SavedModel cannot hold: rewrite it in TF ops (an unmarked function of a uint8 tensor), or serve "
+                "images that already went through it with the 'serving_examples' signature")
+    return [(record.name, trace(load(record), record)) for record in records], records
+
+
 def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
                          embedding_layer: str | Literal[False] | None = None) -> str:
     """Writes a SavedModel to `export_dir` whose signatures apply the job's preprocessing.
@@ -96,11 +116,17 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     `embedding_layer=False`) and, when the model outputs one score per label of
     the vocabulary, 'class_ids' and 'classes' (label strings).
 
+    A run made with `--image_step` TF steps is exported with them, read from the
+    run's manifest: each is loaded from the file (or module) recorded there and
+    only when its SHA-256 matches (export only runs you trust: their steps' code
+    runs here). A run with a Python step is refused (`recorded_tf_steps`).
+
     Every TensorFlow loader serves it: `tf.saved_model.load`, the session
     loader TensorFlow Serving uses, and `saved_model_cli run`. Returns
     `export_dir`.
     """
     config = load_preprocess_config(output_dir)
+    tf_steps, step_records = recorded_tf_steps(output_dir)
     mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_tensor = tf.constant(vocabulary or [""], tf.string)
@@ -123,7 +149,7 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
 
     def serve_image_bytes(image_bytes: tf.Tensor) -> dict[str, tf.Tensor]:
         """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
-        images = tf.map_fn(lambda data: preprocess_image(data, config), image_bytes,
+        images = tf.map_fn(lambda data: preprocess_image(data, config, tf_steps), image_bytes,
                            fn_output_signature=image_spec)
         return predict(images)
 
@@ -140,7 +166,8 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     archive.write_out(export_dir, verbose=False)
     info = {"preprocess": config.to_dict(), "vocabulary": vocabulary, "embedding_size": embedding_size,
             "embedding_layer": (embedding_layer or "penultimate") if with_embedding else None,
-            "pixel_mean": mean.numpy().tolist(), "pixel_std": std.numpy().tolist()}
+            "pixel_mean": mean.numpy().tolist(), "pixel_std": std.numpy().tolist(),
+            **({"image_steps": [record.to_dict() for record in step_records]} if step_records else {})}
     tf.io.gfile.makedirs(f"{export_dir.rstrip('/')}/assets.extra")
     with tf.io.gfile.GFile(f"{export_dir.rstrip('/')}/{INFO_FILE}", "w") as f:
         f.write(json.dumps(info, indent=1))

@@ -31,6 +31,26 @@ def run_fingerprint(job, csv_summary=None):
             **({"labels": "stripped"} if changed else {})}
 
 
+def resolved_steps(job):
+    """`job` with its --image_step specs loaded, checked (TF steps traced) and recorded; Refused (exit 2) naming
+    the file, the line and the reason when one cannot work."""
+    import dataclasses
+
+    from tf_serving_input import steps
+
+    records = []
+    for position, spec in enumerate(job.steps):
+        try:
+            record = steps.resolve(spec, position)[0]
+        except steps.StepRefused as error:
+            raise Refused(f"--image_step {spec}: {error}") from None
+        if record.kind != steps.TF:
+            raise Refused(f"--image_step {spec}: {steps.source_path(record)}: {record.name} is a Python step "
+                          "(@python_step), which this version of the job does not run yet: write it in TF ops")
+        records.append(record)
+    return dataclasses.replace(job, steps=tuple(records))
+
+
 def tensorflow_unwritable(path):
     """Why tensorflow-transform cannot write under `path`, or None when it can.
 
@@ -119,6 +139,9 @@ class PreprocessLauncher(Launcher):
             if reason:
                 raise Refused(f"{flag} {reason}")
         self.csv_summary = csv_rows.summarize_csv(self.job.input_csv, self.job.columns)
+        if self.job.steps:
+            step.now("loading and tracing the --image_step steps")
+            self.job = resolved_steps(self.job)
 
     def fingerprint(self):
         return run_fingerprint(self.job, self.csv_summary)

@@ -30,6 +30,9 @@ class JobConfig:
     progress: bool = True
     fetch: FetchConfig = FetchConfig()
     retry_failed: bool = False
+    # The --image_step steps, in order, as recorded (tf_serving_input.steps.StepRecord); loaded and checked by
+    # the launcher before any work.
+    steps: tuple = ()
 
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
@@ -39,6 +42,8 @@ class JobConfig:
         set: an output made before URL rows existed still resumes.
         """
         extra = {"url_allow_private": True} if self.fetch.allow_private else {}
+        if self.steps:  # Only when given: a run without steps keeps the fingerprint it always had.
+            extra["image_steps"] = [step.to_dict() for step in self.steps]
         return {
             "layout_version": LAYOUT_VERSION,
             "input_csv": self.input_csv,
@@ -85,6 +90,14 @@ def build_parser(prog="beam-image-pipeline preprocess"):
                         help="Decode JPEGs at least twice --image_size at 1/2, 1/4 or 1/8 scale in the "
                              "DCT domain: 1.9x faster on 2.6 MP photos at 44.7 dB PSNR against full "
                              "decode (docs/benchmarks.md); --no-jpeg_shrink_on_load decodes in full.")
+    parser.add_argument("--image_step", action="append", default=[], metavar="SPEC",
+                        help="Your own per-image step, FILE.py:FUNCTION or package.module:FUNCTION; repeat it for "
+                             "several, run in the order given, after decode and EXIF orientation and before the "
+                             "resize to --image_size. A TF step takes and returns a uint8 tensor [H, W, 3], is "
+                             "traced once and is served by export_serving_model too. A Python step is marked "
+                             "@python_step (from beam_pipeline import python_step) and runs on NumPy arrays in "
+                             "the workers. A step that cannot work is refused before any shard is written; a "
+                             "changed step's run is refused without --overwrite (docs/steps.md).")
     flags.add_csv_flags(parser)
     flags.add_run_flags(parser)
     parser.add_argument("--retry_failed", action="store_true",
@@ -116,5 +129,5 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
         columns=flags.csv_columns(args),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
-        fetch=fetch, retry_failed=args.retry_failed)
+        fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step))
     return job, with_local_defaults(beam_args)

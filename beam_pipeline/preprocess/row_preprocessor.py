@@ -37,13 +37,21 @@ class RowPreprocessor:
     """Turns Rows into (row, Written | RowFailure), in order, never raising for a bad row."""
 
     def __init__(self, config, max_file_bytes=DEFAULT_MAX_FILE_BYTES, read_file=read_image_bytes,
-                 rows_per_call=ROWS_PER_CALL):
+                 rows_per_call=ROWS_PER_CALL, steps=()):
+        """`steps`: the run's --image_step records (`tf_serving_input.steps.StepRecord`), loaded here, each
+        from its recorded file and only when its SHA-256 matches."""
         import tensorflow as tf
 
         from beam_pipeline.common.records import example_bytes
+        from tf_serving_input import steps as image_steps
         from tf_serving_input.codecs import codec_for, to_bytes
         from tf_serving_input.normalization import pixel_moments
-        from tf_serving_input.preprocessing import inspect_image, preprocess_checked_image, problem_detail
+        from tf_serving_input.preprocessing import (
+            inspect_image,
+            preprocess_checked_image,
+            preprocess_stepped_image,
+            problem_detail,
+        )
 
         self._config = config
         self._max_file_bytes = max_file_bytes
@@ -61,16 +69,45 @@ class RowPreprocessor:
         outputs = ((image_spec,) if stores_pixels else (image_spec, self._codec.encoded_spec(size))) + (
             tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.string))
 
-        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
-        def preprocess(datas):
-            def one(data):
-                problem, image_format, height_width = inspect_image(data, config.max_pixels)
+        # The TF steps, traced once each; a bad output is one more problem index past failures.PROBLEMS.
+        self._steps = [(record.name, image_steps.trace(image_steps.load(record), record)) for record in steps]
+        self._reasons = failures.PROBLEMS + (failures.STEP_BAD_OUTPUT,)
+        self._prefixes = {}  # The first k steps only, traced to tell which step raised (or the decode).
+
+        def build(tf_steps):
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            def preprocess(datas):
+                return preprocess_all(datas, tf_steps)
+
+            # Called as its concrete function, on a string tensor: ~90 us a call less than through
+            # tf.function's argument binding (~180 us a call in all, one call every ROWS_PER_CALL rows).
+            concrete = preprocess.get_concrete_function()
+            return lambda datas: concrete(tf.constant(datas, tf.string))
+
+        def stepped(data, image_format, height_width, problem, tf_steps):
+            if not tf_steps:
                 image = tf.cond(tf.equal(problem, 0),
                                 lambda: preprocess_checked_image(data, image_format, height_width, config),
                                 lambda: failed_image)
+                return image, problem, tf.constant("")
+            image, bad, detail = tf.cond(
+                tf.equal(problem, 0),
+                lambda: preprocess_stepped_image(data, image_format, height_width, config, tf_steps),
+                lambda: (failed_image, tf.constant(False), tf.constant("")))
+            return image, tf.where(bad, len(failures.PROBLEMS), problem), detail
+
+        def preprocess_all(datas, tf_steps):
+            def one(data):
+                problem, image_format, height_width = inspect_image(data, config.max_pixels)
+                image, problem, step_detail = stepped(data, image_format, height_width, problem, tf_steps)
                 # Formatting the detail costs ~0.1 ms an image: only rows that failed pay for it.
-                detail = tf.cond(tf.equal(problem, 0), lambda: tf.constant(""),
-                                 lambda: problem_detail(problem, image_format, height_width, config.max_pixels))
+                def failed_detail():
+                    found = problem_detail(tf.minimum(problem, len(failures.PROBLEMS) - 1), image_format,
+                                           height_width, config.max_pixels) if tf_steps else problem_detail(
+                                               problem, image_format, height_width, config.max_pixels)
+                    return tf.where(problem < len(failures.PROBLEMS), found, step_detail) if tf_steps else found
+
+                detail = tf.cond(tf.equal(problem, 0), lambda: tf.constant(""), failed_detail)
                 encoded = () if stores_pixels else (self._codec.encode(image, config),)
                 return (image, *encoded, problem, detail)
 
@@ -79,10 +116,8 @@ class RowPreprocessor:
             encoded = images if stores_pixels else rest.pop(0)
             return (encoded, pixel_moments(images), *rest)  # Moments of the whole batch in one go.
 
-        # Called as its concrete function, on a string tensor: ~90 us a call less than through
-        # tf.function's argument binding (~180 us a call in all, one call every ROWS_PER_CALL rows).
-        concrete = preprocess.get_concrete_function()
-        self._preprocess = lambda datas: concrete(tf.constant(datas, tf.string))
+        self._build = build
+        self._preprocess = build(self._steps)
 
     def __call__(self, rows):
         """Yields (row, Written or RowFailure) for every row, in order, reading each row's file here.
@@ -138,10 +173,30 @@ class RowPreprocessor:
             try:
                 outcomes += self._results([data], *self._preprocess([data]))
             except self._op_error as error:
-                outcomes.append(failures.describe_decode_failure(data, error))
+                outcomes.append(self._step_failure(data, error) or failures.describe_decode_failure(data, error))
             except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
                 outcomes.append(failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}"))
         return outcomes
+
+    def _step_failure(self, data, error):
+        """The step_failed RowFailure when the image decodes without the steps (so a step raised), else None."""
+        if not self._steps:
+            return None
+        failing = None
+        for count in range(len(self._steps)):  # Without the steps, then with the first, the first two, ...
+            if count not in self._prefixes:
+                self._prefixes[count] = self._build(self._steps[:count])
+            try:
+                self._prefixes[count]([data])
+            except self._op_error:
+                failing = count - 1
+                break
+        if failing == -1:
+            return None  # The decode itself failed: the image's own failure.
+        name = self._steps[len(self._steps) - 1 if failing is None else failing][0]
+        message = failures.op_error_message(error).encode("unicode_escape").decode("ascii")
+        message = message if len(message) <= 200 else message[:197] + "..."
+        return failures.RowFailure(failures.STEP_FAILED, f"{name}: {type(error).__name__}: {message}")
 
     def _results(self, datas, encoded, moments, problems, details):
         outcomes = []
@@ -149,7 +204,7 @@ class RowPreprocessor:
         for stored, row_moments, problem, detail in zip(np.asarray(encoded), np.asarray(moments), np.asarray(problems),
                                                         np.asarray(details)):
             if problem:
-                outcomes.append(failures.RowFailure(failures.PROBLEMS[problem], detail.decode("utf-8")))
+                outcomes.append(failures.RowFailure(self._reasons[problem], detail.decode("utf-8")))
             else:
                 outcomes.append((self._to_bytes(stored), row_moments))
         return outcomes

@@ -100,8 +100,9 @@ class WriteShardFn(beam.DoFn):
     """
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=csv_source.DEFAULT_MAX_FILE_BYTES,
-                 stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False):
+                 stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False, steps=()):
         self._layout = OutputLayout(output_dir)
+        self._steps = tuple(steps)  # StepRecords: each worker loads them (SHA-256 checked) in setup.
         self._config = preprocess_config
         self._shard_counts = dict(shard_counts)
         self._max_file_bytes = max_file_bytes
@@ -117,7 +118,7 @@ class WriteShardFn(beam.DoFn):
     def setup(self):
         configure_tensorflow_threads()
         skip_final_collection()
-        self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes)
+        self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes, steps=self._steps)
 
     def teardown(self):
         if self._row_reader is not None:

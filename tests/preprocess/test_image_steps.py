@@ -1,0 +1,228 @@
+"""--image_step (issue 51, first slice): TF steps through the job, per-row step failures, up-front refusals,
+identity in the manifest and on rerun, and the serving export applying the same steps.
+
+One small job (6 rows, 8 px, raw storage) is made once for the module, for the tests marked slow (a whole
+run: the full suite); the everyday ones run in process without a pipeline (`RowPreprocessor`, refusals that
+stop before any work).
+"""
+
+import json
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+
+import imaging
+import in_process
+import outputs
+from beam_pipeline.common import rows as source
+from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
+from tf_serving_input import failures, steps
+from tf_serving_input.features import PreprocessConfig
+
+SIZE = 8
+# A TF step that the job runs first: it raises on a red level of 7, returns an empty image on 9 and a
+# one-channel image on 11 (the checks only a run can make), and passes every other image on.
+HOSTILE = textwrap.dedent('''\
+    import tensorflow as tf
+
+
+    def hostile(image):
+        red = image[0, 0, 0]
+        tf.debugging.assert_none_equal(red, tf.constant(7, tf.uint8), message="red level 7 is refused")
+        return tf.cond(tf.equal(red, 9), lambda: image[:0],
+                       lambda: tf.cond(tf.equal(red, 11), lambda: image[..., :1], lambda: image))
+
+
+    def invert(image):
+        return 255 - image
+
+
+    def as_float(image):
+        return tf.cast(image, tf.float32)
+
+
+    def as_list(image):
+        return None
+
+
+    def python_only(image):
+        return image.numpy()
+
+
+    def two(image, other):
+        return image
+    ''')
+
+
+def solid_png(red, green=20, blue=30):
+    return imaging.encode(imaging.solid((red, green, blue), 12, 10), "PNG")
+
+
+@pytest.fixture(scope="module")
+def stepped(tmp_path_factory):
+    """The job run with `hostile` then `invert`: (output_dir, folder, steps file, result)."""
+    folder = tmp_path_factory.mktemp("steps")
+    steps_file = folder / "my_steps.py"
+    steps_file.write_text(HOSTILE)
+    files = {"plain.png": solid_png(10), "raises.png": solid_png(7), "empty.png": solid_png(9),
+             "one_channel.png": solid_png(11), "photo.jpg": imaging.encode(imaging.quadrants(20, 24), "JPEG"),
+             "text.png": b"not an image at all"}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    imaging.write_csv(folder / "in.csv", ["path", "label"], [[name, "a"] for name in files])
+    out = folder / "out"
+    result = in_process.run_module(
+        "beam_pipeline", "--input_csv", folder / "in.csv", "--output_dir", out, "--image_size", SIZE,
+        "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:hostile",
+        "--image_step", f"{steps_file}:invert")
+    return out, folder, steps_file, result
+
+
+@pytest.mark.slow  # A whole job run (the module's `stepped`): the full suite's, not the everyday lane.
+def test_tf_steps_run_in_the_job_in_order_and_fail_only_their_rows(stepped):
+    out, _, steps_file, result = stepped
+    assert result.returncode == 0, result.stderr
+    stored = {example["image/source"].decode(): example["pixels"] for example in outputs.all_examples(out)}
+    assert sorted(stored) == ["photo.jpg", "plain.png"]
+    # A flat image stays flat through the resize: the stored pixels are the inverted colour.
+    assert (stored["plain.png"] == [245, 235, 225]).all()
+    manifest = outputs.manifest(out)
+    by_source = {failure["source"]: failure for failure in outputs.errors(out)}
+    assert by_source["raises.png"]["reason"] == failures.STEP_FAILED
+    assert by_source["raises.png"]["detail"].startswith("hostile: InvalidArgumentError: ")
+    assert "red level 7 is refused" in by_source["raises.png"]["detail"]
+    assert by_source["empty.png"]["reason"] == failures.STEP_BAD_OUTPUT
+    assert "hostile returned uint8 of shape [0 10 3]" in by_source["empty.png"]["detail"]
+    assert by_source["one_channel.png"]["reason"] == failures.STEP_BAD_OUTPUT
+    assert "[12 10 1]" in by_source["one_channel.png"]["detail"]
+    assert by_source["text.png"]["reason"] == failures.NOT_AN_IMAGE
+    recorded = manifest["config"]["image_steps"]
+    digest = steps._file_digest(str(steps_file))
+    assert recorded == [{"spec": f"{steps_file}:hostile", "kind": "tf", "position": 0, "sha256": digest},
+                        {"spec": f"{steps_file}:invert", "kind": "tf", "position": 1, "sha256": digest}]
+
+
+@pytest.mark.slow  # A whole job run (the module's `stepped`): the full suite's, not the everyday lane.
+def test_export_serves_raw_bytes_through_the_same_steps(stepped, tmp_path):
+    """Train/serve parity: serving_default on the raw file equals the model on the stored (stepped) record."""
+    import tensorflow as tf
+
+    import serving_loaders
+    from tf_serving_input import export_serving_model
+
+    out, folder, _, _ = stepped
+    model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten()])
+    export_dir = export_serving_model(model, str(out), str(tmp_path / "export"), embedding_layer=False)
+    records = {}
+    for path in outputs.shard_paths(out):
+        for record in tf.data.TFRecordDataset(path):
+            source_name = tf.train.Example.FromString(record.numpy()).features.feature["image/source"]
+            records[source_name.bytes_list.value[0].decode()] = record.numpy()
+    names = ["plain.png", "photo.jpg"]
+    serve = serving_loaders.load_signature(export_dir, "serving_default", "tf2")
+    by_bytes = serve(image_bytes=[(folder / name).read_bytes() for name in names])["scores"]
+    by_record = serving_loaders.load_signature(export_dir, "serving_examples", "tf2")(
+        examples=[records[name] for name in names])["scores"]
+    assert np.abs(np.asarray(by_bytes) - np.asarray(by_record)).max() == 0
+    with pytest.raises(tf.errors.InvalidArgumentError, match="step_bad_output"):
+        serve(image_bytes=[(folder / "empty.png").read_bytes()])
+    info = json.loads((tmp_path / "export" / "assets.extra" / "beam_image_pipeline.json").read_text())
+    assert [step["spec"].rpartition(":")[2] for step in info["image_steps"]] == ["hostile", "invert"]
+
+
+@pytest.mark.slow  # A whole job run (the module's `stepped`): the full suite's, not the everyday lane.
+def test_a_changed_step_is_refused_on_rerun_and_at_export_unless_overwrite(stepped, tmp_path):
+    from tf_serving_input import export_serving_model
+
+    out, folder, steps_file, _ = stepped
+    original = steps_file.read_text()
+    try:
+        steps_file.write_text(original.replace("255 - image", "254 - image"))
+        again = in_process.run_module(
+            "beam_pipeline", "--input_csv", folder / "in.csv", "--output_dir", out, "--image_size", SIZE,
+            "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:hostile",
+            "--image_step", f"{steps_file}:invert")
+        assert again.returncode == 2, again.stderr
+        [line] = [line for line in again.stderr.splitlines() if line.startswith("error:")]
+        assert "different input or configuration" in line and "--overwrite" in line
+        model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten()])
+        with pytest.raises(steps.StepRefused, match="changed since the run was made"):
+            export_serving_model(model, str(out), str(tmp_path / "export"), embedding_layer=False)
+    finally:
+        steps_file.write_text(original)
+
+
+def refusal(tmp_path, spec):
+    """The job refused up front for `spec`: its one error line; nothing written to the output folder."""
+    (tmp_path / "a.png").write_bytes(solid_png(10))
+    imaging.write_csv(tmp_path / "in.csv", ["path", "label"], [["a.png", "a"]])
+    result = in_process.run_module("beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir",
+                                   tmp_path / "out", "--no_progress", "--image_step", spec)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith(f"error: --image_step {spec}: "), result.stderr
+    assert not (tmp_path / "out").exists()
+    return errors[0]
+
+
+@pytest.mark.parametrize("source, function, expected", [
+    (None, "invert", "no such file"),
+    ("def broken(image):\n    return image +\n", "broken", ":2: syntax error"),
+    ("import no_such_module_here\n", "invert", ":1: importing it failed: ModuleNotFoundError"),
+    (HOSTILE, "missing", "no function 'missing' (functions there: as_float, as_list, hostile, invert, "),
+    (HOSTILE, "two", ":27: two takes 2 parameters; a step takes 1: the image"),
+    (HOSTILE, "python_only", ":23: python_only cannot be traced as a TF step (AttributeError: "),
+])
+def test_a_step_that_cannot_work_is_refused_before_any_work(tmp_path, source, function, expected):
+    steps_file = tmp_path / "user_steps.py"
+    if source is not None:
+        steps_file.write_text(source)
+    line = refusal(tmp_path, f"{steps_file}:{function}")
+    assert f"{steps_file}" in line and expected in line, line
+    if function == "python_only":
+        assert line.endswith(steps.PYTHON_HINT)
+
+
+def test_a_missing_module_is_refused(tmp_path):
+    assert "no_such_package_here.steps: no such module" in refusal(tmp_path, "no_such_package_here.steps:fn")
+
+
+def rows_of(tmp_path, files):
+    result = []
+    for index, (name, data) in enumerate(files):
+        (tmp_path / name).write_bytes(data)
+        result.append(source.Row(index=index, line=index + 2, source=name, path=str(tmp_path / name), label="a",
+                                 split="train", key=source.row_key(index, name)))
+    return result
+
+
+def test_a_step_whose_output_is_never_an_image_fails_every_row(tmp_path):
+    steps_file = tmp_path / "user_steps.py"
+    steps_file.write_text(HOSTILE)
+    record, _ = steps.resolve(f"{steps_file}:as_float", 0)
+    preprocessor = RowPreprocessor(PreprocessConfig(image_size=SIZE), steps=(record,))
+    outcomes = list(preprocessor(rows_of(tmp_path, [("a.png", solid_png(10)), ("b.png", solid_png(12))])))
+    detail = "as_float returned float32 (None, None, 3); a step returns uint8 [h, w, 3]"
+    assert [outcome for _, outcome in outcomes] == [failures.RowFailure(failures.STEP_BAD_OUTPUT, detail)] * 2
+
+
+def test_a_step_returning_no_array_is_a_bad_output():
+    import tensorflow as tf
+
+    image, bad, detail = steps.run_tf_steps(tf.zeros([4, 5, 3], tf.uint8), [("nothing", lambda image: None)])
+    assert bool(bad) and detail.numpy() == b"nothing returned NoneType, not an image" and image.shape == (1, 1, 3)
+
+
+def test_the_documented_example_step_traces():
+    record, _ = steps.resolve("sample_data/steps/gray_world.py:gray_world", 0, cwd=outputs.REPO_ROOT)
+    assert record.kind == steps.TF and record.spec.endswith("sample_data/steps/gray_world.py:gray_world")
+
+
+def test_a_python_step_is_refused_until_the_job_runs_them(tmp_path):
+    steps_file = tmp_path / "user_steps.py"
+    steps_file.write_text("from beam_pipeline import python_step\n\n\n@python_step\ndef denoise(image):\n"
+                          "    return image\n")
+    line = refusal(tmp_path, f"{steps_file}:denoise")
+    assert "denoise is a Python step (@python_step), which this version of the job does not run yet" in line

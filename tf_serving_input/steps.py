@@ -1,0 +1,324 @@
+"""A user's own per-image steps (`--image_step SPEC`): the spec, loading it, its identity, running it in TF.
+
+    --image_step my_steps.py:gray_world        # a file and a function in it
+    --image_step my_package.my_module:deskew   # an importable module and a function in it
+
+A TF step is a plain function, `fn(image)`: a uint8 tensor [H, W, 3] in, a
+uint8 tensor [h, w, 3] out (h, w >= 1). It is traced once with a
+[None, None, 3] uint8 signature and runs inside the preprocessing's TF call,
+after decode and EXIF orientation and before the resize
+(`preprocessing.preprocess_checked_image`), so the job and the serving export
+run the very same graph. A function marked `@python_step` is plain Python on
+NumPy arrays; it is never traced (it runs in the job's worker processes).
+
+Identity: each step is recorded (`StepRecord`: spec, kind, position, the
+SHA-256 of its source file). Code is only ever loaded from a spec someone
+named: `load` re-reads the recorded file (or module) and refuses it when its
+SHA-256 differs from the record. Every refusal is a `StepRefused` whose message
+is one line naming the file, the line where it applies and the reason.
+
+Imports no TensorFlow at module level (the job's flags are parsed without it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+TF = "tf"
+PYTHON = "python"
+KINDS = (TF, PYTHON)
+# The attribute `python_step` sets on a function: its set-up (or None).
+_PYTHON_MARK = "__beam_image_pipeline_python_step__"
+# Hint of a refusal to trace a function that is Python.
+PYTHON_HINT = "if it is Python, mark it @python_step (from beam_pipeline import python_step)"
+_CUT = 200  # Characters of an error's first line kept in a one-line refusal.
+
+
+class StepRefused(ValueError):
+    """A step spec that cannot work: one line naming the file, the line where it applies and the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PythonStepMark:
+    """What `@python_step` records on a function: its optional per-worker set-up."""
+
+    setup: Callable[[], Any] | None = None
+
+
+def python_step(fn: Callable[..., Any] | None = None, *, setup: Callable[[], Any] | None = None) -> Any:
+    """Marks a function as a Python step: NumPy uint8 [H, W, 3] in, NumPy uint8 [h, w, 3] out.
+
+    `@python_step` or `@python_step(setup=make_state)`: with `setup`, it is called
+    once per worker process and its result is passed as the step's second
+    argument (`fn(image, state)`), like `DoFn.setup` or a Ray actor's `__init__`.
+    """
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(function, _PYTHON_MARK, PythonStepMark(setup))
+        return function
+
+    return mark(fn) if fn is not None else mark
+
+
+def python_mark(fn: Callable[..., Any]) -> PythonStepMark | None:
+    """The `@python_step` mark of a function, or None for a TF step."""
+    mark = getattr(fn, _PYTHON_MARK, None)
+    return mark if isinstance(mark, PythonStepMark) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRecord:
+    """One step as the manifest and the run's fingerprint record it."""
+
+    spec: str  # FILE.py:FUNCTION with FILE absolute, or package.module:FUNCTION.
+    kind: str  # TF or PYTHON.
+    position: int  # 0 for the first step run.
+    sha256: str  # Of the source file's bytes.
+
+    @property
+    def name(self) -> str:
+        """The function's name."""
+        return self.spec.rpartition(":")[2]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, value: dict[str, Any]) -> StepRecord:
+        return cls(spec=str(value["spec"]), kind=str(value["kind"]), position=int(value["position"]),
+                   sha256=str(value["sha256"]))
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    line = f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    line = line.encode("unicode_escape").decode("ascii")  # No control characters in a one-line message.
+    return line if len(line) <= _CUT else line[:_CUT - 3] + "..."
+
+
+def _line_in(error: BaseException, path: str | None) -> int | None:
+    """The last line of `path` on the error's traceback (where in the user's file it applies)."""
+    if not path:
+        return None
+    found = None
+    for frame in traceback.extract_tb(error.__traceback__):
+        if os.path.abspath(frame.filename) == path:
+            found = frame.lineno
+    return found
+
+
+def _where(path: str, line: int | None) -> str:
+    return f"{path}:{line}" if line else path
+
+
+def split_spec(text: str, cwd: str | None = None) -> tuple[str | None, str | None, str]:
+    """(absolute file path, module name, function) of a spec; one of the first two is None."""
+    source, sep, function = text.rpartition(":")
+    if not sep or not source or not function or not function.isidentifier():
+        raise StepRefused(f"{text}: not a step spec: give FILE.py:FUNCTION or package.module:FUNCTION")
+    if source.endswith(".py") or os.sep in source or "/" in source:
+        return os.path.abspath(os.path.join(cwd or os.getcwd(), source)), None, function
+    if not all(part.isidentifier() for part in source.split(".")):
+        raise StepRefused(f"{text}: {source!r} is neither a .py file nor a module name")
+    return None, source, function
+
+
+def _file_digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _load_file(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise StepRefused(f"{path}: no such file")
+    digest = _file_digest(path)
+    # A name of its own per content: two versions of a file never share a module.
+    name = f"beam_image_pipeline_step_{digest[:16]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise StepRefused(f"{path}: cannot be loaded as a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # What pickling and dataclasses in the file look up.
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as error:
+        del sys.modules[name]
+        raise StepRefused(f"{_where(path, error.lineno)}: syntax error: {error.msg}") from None
+    except BaseException as error:  # noqa: BLE001 - any failure of the user's import is a refusal.
+        del sys.modules[name]
+        raise StepRefused(f"{_where(path, _line_in(error, path))}: importing it failed: {_first_line(error)}") \
+            from None
+    return module
+
+
+def _load_module(module_name: str) -> tuple[Any, str]:
+    try:
+        found = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise StepRefused(f"{module_name}: no such module (not importable from this Python's path)")
+    path = os.path.abspath(found.origin) if found.origin and os.path.isfile(found.origin) else None
+    try:
+        module = importlib.import_module(module_name)
+    except SyntaxError as error:
+        raise StepRefused(f"{_where(error.filename or module_name, error.lineno)}: syntax error: {error.msg}") \
+            from None
+    except BaseException as error:  # noqa: BLE001 - any failure of the user's import is a refusal.
+        line = _line_in(error, path)
+        raise StepRefused(f"{_where(path or module_name, line)}: importing {module_name} failed: "
+                          f"{_first_line(error)}") from None
+    if path is None:
+        raise StepRefused(f"{module_name}: has no source file to record (a built-in or namespace module)")
+    return module, path
+
+
+def _function(module: Any, where: str, function: str) -> Callable[..., Any]:
+    fn = getattr(module, function, None)
+    if fn is None or not callable(fn):
+        defined = sorted(name for name, value in vars(module).items()
+                         if inspect.isfunction(value) and not name.startswith("_"))
+        what = "no function" if fn is None else "not a function:"
+        raise StepRefused(f"{where}: {what} {function!r} (functions there: {', '.join(defined) or 'none'})")
+    return fn
+
+
+def _definition_line(fn: Callable[..., Any]) -> int | None:
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code.co_firstlineno if code is not None else None
+
+
+def _check_parameters(fn: Callable[..., Any], path: str, function: str) -> None:
+    mark = python_mark(fn)
+    wanted = 2 if mark is not None and mark.setup is not None else 1
+    try:
+        inspect.signature(fn).bind(*range(wanted))
+    except TypeError:
+        count = len(inspect.signature(fn).parameters)
+        taking = "the image and the set-up's result" if wanted == 2 else "the image"
+        raise StepRefused(f"{_where(path, _definition_line(fn))}: {function} takes {count} parameter"
+                          f"{'' if count == 1 else 's'}; a step takes {wanted}: {taking}") from None
+    except ValueError:
+        pass  # No signature to read (a builtin): it is tried when traced.
+
+
+def resolve(text: str, position: int, cwd: str | None = None) -> tuple[StepRecord, Callable[..., Any]]:
+    """Loads a spec named on the command line and checks it: (its record, its function).
+
+    TF steps are traced here too (`trace`). Raises StepRefused (one line).
+    """
+    path, module_name, function = split_spec(text, cwd)
+    if path is not None:
+        module = _load_file(path)
+        spec = f"{path}:{function}"
+    else:
+        assert module_name is not None
+        module, path = _load_module(module_name)
+        spec = f"{module_name}:{function}"
+    fn = _function(module, path, function)
+    _check_parameters(fn, path, function)
+    record = StepRecord(spec=spec, kind=PYTHON if python_mark(fn) else TF, position=position,
+                        sha256=_file_digest(path))
+    if record.kind == TF:
+        trace(fn, record)
+    return record, fn
+
+
+def source_path(record: StepRecord) -> str:
+    """The file a record's code is read from (a module's file found on this Python's path)."""
+    path, module_name, _ = split_spec(record.spec)
+    if path is not None:
+        return path
+    found = importlib.util.find_spec(module_name or "")
+    if found is None or not found.origin:
+        raise StepRefused(f"{module_name}: no such module (step {record.position + 1}, {record.spec})")
+    return os.path.abspath(found.origin)
+
+
+def load(record: StepRecord) -> Callable[..., Any]:
+    """The function of a recorded step, loaded only from the recorded place and only when its SHA-256 matches."""
+    path = source_path(record)
+    try:
+        digest = _file_digest(path)
+    except OSError as error:
+        raise StepRefused(f"{path}: step {record.spec} cannot be read: {_first_line(error)}") from None
+    if digest != record.sha256:
+        raise StepRefused(f"{path}: step {record.spec} changed since the run was made (SHA-256 {digest[:12]}..., "
+                          f"recorded {record.sha256[:12]}...): restore it, or rerun the job with --overwrite")
+    found, fn = resolve(record.spec, record.position)
+    if found != record:
+        raise StepRefused(f"{path}: step {record.spec} is now a {found.kind} step; the run recorded {record.kind}")
+    return fn
+
+
+def records_of(config: dict[str, Any]) -> list[StepRecord]:
+    """The steps a job's recorded configuration (the manifest's `config`) holds, in order."""
+    return [StepRecord.from_dict(value) for value in config.get("image_steps", ())]
+
+
+def trace(fn: Callable[..., Any], record: StepRecord) -> Any:
+    """`fn` as a tf.function traced once for uint8 [None, None, 3]; StepRefused when it cannot be traced."""
+    import tensorflow as tf
+
+    traced = tf.function(fn, input_signature=[tf.TensorSpec([None, None, 3], tf.uint8, name="image")])
+    try:
+        traced.get_concrete_function()
+    except Exception as error:  # noqa: BLE001 - any failure to trace is the refusal.
+        path = source_path(record)
+        line = _line_in(error, path) or _definition_line(fn)
+        raise StepRefused(f"{_where(path, line)}: {record.name} cannot be traced as a TF step "
+                          f"({_first_line(error)}); {PYTHON_HINT}") from None
+    return traced
+
+
+def run_tf_steps(image: Any, steps: Sequence[tuple[str, Callable[..., Any]]]) -> tuple[Any, Any, Any]:
+    """Runs traced TF steps on uint8 [H, W, 3]: (uint8 [h, w, 3], bad output (bool), detail (string)).
+
+    A step whose output is not uint8 [h >= 1, w >= 1, 3] gives bad=True, a 1x1
+    black image and a detail saying what came back; later steps then do not run.
+    """
+    import tensorflow as tf
+
+    placeholder = tf.zeros([1, 1, 3], tf.uint8)
+
+    def checked(name: str, fn: Callable[..., Any], image: Any) -> tuple[Any, Any, Any]:
+        out = fn(image)
+        try:
+            out = tf.convert_to_tensor(out)
+        except (TypeError, ValueError):
+            return placeholder, tf.constant(True), tf.constant(f"{name} returned {type(out).__name__}, not an image")
+        shape = out.shape
+        if out.dtype != tf.uint8 or (shape.rank is not None and shape.rank != 3) or (
+                shape.rank == 3 and shape[2] is not None and shape[2] != 3):
+            return placeholder, tf.constant(True), tf.constant(
+                f"{name} returned {out.dtype.name} {shape}; a step returns uint8 [h, w, 3]")
+        dims = tf.shape(out)
+        ok = tf.equal(tf.size(dims), 3)
+        ok = tf.logical_and(ok, tf.reduce_all(tf.concat([dims, [1, 1, 1]], 0)[:3] >= [1, 1, 3]))
+        ok = tf.logical_and(ok, tf.equal(tf.concat([dims, [0, 0, 0]], 0)[2], 3))
+        detail = tf.strings.format(f"{name} returned uint8 of shape {{}}; a step returns uint8 [h >= 1, w >= 1, 3]",
+                                   dims)
+        image = tf.cond(ok, lambda: tf.reshape(out, [dims[0], dims[1], 3]) if shape.rank == 3 else
+                        tf.reshape(out, tf.concat([dims, [1, 1, 1]], 0)[:3]), lambda: placeholder)
+        image.set_shape([None, None, 3])
+        return image, tf.logical_not(ok), tf.where(ok, "", detail)
+
+    bad, detail = tf.constant(False), tf.constant("")
+    for index, (name, fn) in enumerate(steps):
+        if index == 0:
+            image, bad, detail = checked(name, fn, image)
+        else:
+            image, bad, detail = tf.cond(bad, lambda image=image, bad=bad, detail=detail: (image, bad, detail),
+                                         lambda name=name, fn=fn, image=image: checked(name, fn, image))
+            image.set_shape([None, None, 3])
+    return image, bad, detail
