@@ -600,8 +600,18 @@ def preprocess_stepped_image(data: tf.Tensor | bytes, image_format: tf.Tensor, h
     The hook point: the steps run on the decoded, upright image (shrink-on-load may have reduced a
     large JPEG), and the resize then sizes whatever they return, with the filter its size chooses.
     """
-    image, _ = decode_checked_image(
+    image, bad, detail = run_tf_steps(decode_for_steps(data, image_format, height_width, config), steps)
+    return resize_stepped(image, config), bad, detail
+
+
+def decode_for_steps(data: tf.Tensor | bytes, image_format: tf.Tensor, height_width: tf.Tensor,
+                     config: PreprocessConfig) -> tf.Tensor:
+    """The decoded, upright uint8 [H, W, 3] image the user's steps see (Python steps take it as NumPy)."""
+    return decode_checked_image(
         data, image_format, height_width, shrink_to=config.image_size if config.jpeg_shrink_on_load else None,
-        resize_mode=config.resize_mode)
-    image, bad, detail = run_tf_steps(image, steps)
-    return resize_image(image, config.image_size, config.resize_mode), bad, detail
+        resize_mode=config.resize_mode)[0]
+
+
+def resize_stepped(image: tf.Tensor, config: PreprocessConfig) -> tf.Tensor:
+    """What the steps returned, resized to the stored [S, S, 3], with the filter its own size chooses."""
+    return resize_image(image, config.image_size, config.resize_mode)

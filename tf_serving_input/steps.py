@@ -97,7 +97,8 @@ class StepRecord:
                    sha256=str(value["sha256"]))
 
 
-def _first_line(error: BaseException) -> str:
+def error_line(error: BaseException) -> str:
+    """An error's type and first line, escaped (no control characters) and cut: for a one-line message."""
     text = str(error).strip().splitlines()
     line = f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
     line = line.encode("unicode_escape").decode("ascii")  # No control characters in a one-line message.
@@ -156,7 +157,7 @@ def _load_file(path: str) -> Any:
         raise StepRefused(f"{_where(path, error.lineno)}: syntax error: {error.msg}") from None
     except BaseException as error:  # noqa: BLE001 - any failure of the user's import is a refusal.
         del sys.modules[name]
-        raise StepRefused(f"{_where(path, _line_in(error, path))}: importing it failed: {_first_line(error)}") \
+        raise StepRefused(f"{_where(path, _line_in(error, path))}: importing it failed: {error_line(error)}") \
             from None
     return module
 
@@ -177,7 +178,7 @@ def _load_module(module_name: str) -> tuple[Any, str]:
     except BaseException as error:  # noqa: BLE001 - any failure of the user's import is a refusal.
         line = _line_in(error, path)
         raise StepRefused(f"{_where(path or module_name, line)}: importing {module_name} failed: "
-                          f"{_first_line(error)}") from None
+                          f"{error_line(error)}") from None
     if path is None:
         raise StepRefused(f"{module_name}: has no source file to record (a built-in or namespace module)")
     return module, path
@@ -251,7 +252,7 @@ def load(record: StepRecord) -> Callable[..., Any]:
     try:
         digest = _file_digest(path)
     except OSError as error:
-        raise StepRefused(f"{path}: step {record.spec} cannot be read: {_first_line(error)}") from None
+        raise StepRefused(f"{path}: step {record.spec} cannot be read: {error_line(error)}") from None
     if digest != record.sha256:
         raise StepRefused(f"{path}: step {record.spec} changed since the run was made (SHA-256 {digest[:12]}..., "
                           f"recorded {record.sha256[:12]}...): restore it, or rerun the job with --overwrite")
@@ -259,6 +260,36 @@ def load(record: StepRecord) -> Callable[..., Any]:
     if found != record:
         raise StepRefused(f"{path}: step {record.spec} is now a {found.kind} step; the run recorded {record.kind}")
     return fn
+
+
+# Each Python step's set-up result, made once per worker process: {(spec, sha256): result}.
+_SET_UP: dict[tuple[str, str], Any] = {}
+
+
+def python_caller(record: StepRecord, fn: Callable[..., Any]) -> Callable[[Any], Any]:
+    """`fn(image)`, or `fn(image, state)` with its set-up's result, run once per process (here, now)."""
+    mark = python_mark(fn)
+    if mark is None or mark.setup is None:
+        return fn
+    key = (record.spec, record.sha256)
+    if key not in _SET_UP:
+        try:
+            _SET_UP[key] = mark.setup()
+        except Exception as error:
+            raise RuntimeError(f"the set-up of step {record.spec} failed: {error_line(error)}") from error
+    state = _SET_UP[key]
+    return lambda image: fn(image, state)
+
+
+def python_output_problem(name: str, out: Any) -> str | None:
+    """What is wrong with a Python step's output (a step_bad_output detail), or None for a uint8 [h, w, 3] array."""
+    import numpy as np
+
+    if not isinstance(out, np.ndarray):
+        return f"{name} returned {type(out).__name__}, not a NumPy array"
+    if out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3 or out.shape[0] < 1 or out.shape[1] < 1:
+        return f"{name} returned a {out.dtype} array of shape {list(out.shape)}; a step returns uint8 [h, w, 3]"
+    return None
 
 
 def records_of(config: dict[str, Any]) -> list[StepRecord]:
@@ -277,7 +308,7 @@ def trace(fn: Callable[..., Any], record: StepRecord) -> Any:
         path = source_path(record)
         line = _line_in(error, path) or _definition_line(fn)
         raise StepRefused(f"{_where(path, line)}: {record.name} cannot be traced as a TF step "
-                          f"({_first_line(error)}); {PYTHON_HINT}") from None
+                          f"({error_line(error)}); {PYTHON_HINT}") from None
     return traced
 
 

@@ -69,6 +69,13 @@ class RowPreprocessor:
         outputs = ((image_spec,) if stores_pixels else (image_spec, self._codec.encoded_spec(size))) + (
             tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.string))
 
+        # A Python step splits the call in three (decode -> steps -> resize): python_steps.SteppedRows.
+        self._stepped_rows = None
+        if any(record.kind == image_steps.PYTHON for record in steps):
+            from beam_pipeline.preprocess.python_steps import SteppedRows
+
+            self._stepped_rows = SteppedRows(config, self._codec, steps)
+            steps = ()
         # The TF steps, traced once each; a bad output is one more problem index past failures.PROBLEMS.
         self._steps = [(record.name, image_steps.trace(image_steps.load(record), record)) for record in steps]
         self._reasons = failures.PROBLEMS + (failures.STEP_BAD_OUTPUT,)
@@ -117,7 +124,7 @@ class RowPreprocessor:
             return (encoded, pixel_moments(images), *rest)  # Moments of the whole batch in one go.
 
         self._build = build
-        self._preprocess = build(self._steps)
+        self._preprocess = None if self._stepped_rows is not None else build(self._steps)
 
     def __call__(self, rows):
         """Yields (row, Written or RowFailure) for every row, in order, reading each row's file here.
@@ -164,6 +171,8 @@ class RowPreprocessor:
         """[(stored bytes, moments) or RowFailure] for file contents, in order."""
         if not datas:
             return []
+        if self._stepped_rows is not None:
+            return self._stepped_rows(datas)
         try:
             return self._results(datas, *self._preprocess(datas))
         except self._op_error:

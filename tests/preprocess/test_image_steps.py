@@ -220,9 +220,85 @@ def test_the_documented_example_step_traces():
     assert record.kind == steps.TF and record.spec.endswith("sample_data/steps/gray_world.py:gray_world")
 
 
-def test_a_python_step_is_refused_until_the_job_runs_them(tmp_path):
-    steps_file = tmp_path / "user_steps.py"
-    steps_file.write_text("from beam_pipeline import python_step\n\n\n@python_step\ndef denoise(image):\n"
-                          "    return image\n")
-    line = refusal(tmp_path, f"{steps_file}:denoise")
-    assert "denoise is a Python step (@python_step), which this version of the job does not run yet" in line
+PYTHON_STEPS = HOSTILE + textwrap.dedent('''\
+
+    import numpy as np
+
+    from beam_pipeline import python_step
+
+    SET_UPS = []
+
+
+    def make_offset():
+        SET_UPS.append(1)
+        return 5
+
+
+    @python_step(setup=make_offset)
+    def brighten(image, offset):
+        red = int(image[0, 0, 0])
+        if red == 7:
+            raise ValueError("red level 7\\nis refused")
+        if red == 9:
+            return image.astype(np.float64)
+        if red == 11:
+            return image[:0]
+        if red == 13:
+            return [1, 2, 3]
+        return image + np.uint8(offset)
+    ''')
+# The rows of a Python step's tests: (name, bytes) and what each becomes.
+PYTHON_ROWS = [("plain.png", solid_png(10)), ("raises.png", solid_png(7)), ("float.png", solid_png(9)),
+               ("empty.png", solid_png(11)), ("list.png", solid_png(13)), ("text.png", b"no image here")]
+PYTHON_FAILURES = {
+    "raises.png": failures.RowFailure(failures.STEP_FAILED, "brighten: ValueError: red level 7"),
+    "float.png": failures.RowFailure(failures.STEP_BAD_OUTPUT, "brighten returned a float64 array of shape "
+                                     "[12, 10, 3]; a step returns uint8 [h, w, 3]"),
+    "empty.png": failures.RowFailure(failures.STEP_BAD_OUTPUT, "brighten returned a uint8 array of shape "
+                                     "[0, 10, 3]; a step returns uint8 [h, w, 3]"),
+    "list.png": failures.RowFailure(failures.STEP_BAD_OUTPUT, "brighten returned list, not a NumPy array"),
+}
+
+
+def test_a_python_step_runs_between_decode_and_resize_once_set_up(tmp_path):
+    """decode -> Python step (set up once per process) -> TF step -> resize, each row failing on its own."""
+    from tf_serving_input.codecs import parse_record
+
+    steps_file = tmp_path / "py_steps.py"
+    steps_file.write_text(PYTHON_STEPS)
+    records = tuple(steps.resolve(f"{steps_file}:{name}", position)[0]
+                    for position, name in enumerate(["brighten", "invert"]))
+    assert [record.kind for record in records] == [steps.PYTHON, steps.TF]
+    config = PreprocessConfig(image_size=SIZE)
+    rows = rows_of(tmp_path, PYTHON_ROWS)
+    outcomes = dict((row.source, outcome) for row, outcome in RowPreprocessor(config, steps=records)(rows))
+    image, _ = parse_record(outcomes.pop("plain.png").record, config)
+    assert (image.numpy() == [255 - 15, 255 - 25, 255 - 35]).all()  # Brightened by the set-up's 5, inverted.
+    assert outcomes.pop("text.png").reason == failures.NOT_AN_IMAGE
+    assert outcomes == {name: failure for name, failure in PYTHON_FAILURES.items()}
+    RowPreprocessor(config, steps=records)  # A second one in the same process: no second set-up.
+    assert steps.load(records[0]).__globals__["SET_UPS"] == [1]
+
+
+@pytest.mark.slow  # A whole job run: the full suite's, not the everyday lane.
+def test_a_python_step_through_the_job_and_its_export_refused(tmp_path):
+    from tf_serving_input import export_serving_model
+
+    steps_file = tmp_path / "py_steps.py"
+    steps_file.write_text(PYTHON_STEPS)
+    for name, data in PYTHON_ROWS:
+        (tmp_path / name).write_bytes(data)
+    imaging.write_csv(tmp_path / "in.csv", ["path", "label"], [[name, "a"] for name, _ in PYTHON_ROWS])
+    out = tmp_path / "out"
+    result = in_process.run_module(
+        "beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir", out, "--image_size", SIZE,
+        "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:brighten")
+    assert result.returncode == 0, result.stderr
+    [example] = outputs.all_examples(out)
+    assert (example["pixels"] == [15, 25, 35]).all()
+    assert {failure["source"]: failure["reason"] for failure in outputs.errors(out)} == {
+        **{name: failure.reason for name, failure in PYTHON_FAILURES.items()}, "text.png": failures.NOT_AN_IMAGE}
+    assert outputs.manifest(out)["config"]["image_steps"][0]["kind"] == "python"
+    model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten()])
+    with pytest.raises(ValueError, match=r"brighten, is a Python step .*rewrite it in TF ops.*serving_examples"):
+        export_serving_model(model, str(out), str(tmp_path / "export"), embedding_layer=False)
