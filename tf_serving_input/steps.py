@@ -213,10 +213,11 @@ def _check_parameters(fn: Callable[..., Any], path: str, function: str) -> None:
         pass  # No signature to read (a builtin): it is tried when traced.
 
 
-def resolve(text: str, position: int, cwd: str | None = None) -> tuple[StepRecord, Callable[..., Any]]:
+def resolve(text: str, position: int, cwd: str | None = None,
+            check_trace: bool = True) -> tuple[StepRecord, Callable[..., Any]]:
     """Loads a spec named on the command line and checks it: (its record, its function).
 
-    TF steps are traced here too (`trace`). Raises StepRefused (one line).
+    TF steps are traced here too (`trace`), unless `check_trace` is False. Raises StepRefused (one line).
     """
     path, module_name, function = split_spec(text, cwd)
     if path is not None:
@@ -230,7 +231,7 @@ def resolve(text: str, position: int, cwd: str | None = None) -> tuple[StepRecor
     _check_parameters(fn, path, function)
     record = StepRecord(spec=spec, kind=PYTHON if python_mark(fn) else TF, position=position,
                         sha256=_file_digest(path))
-    if record.kind == TF:
+    if record.kind == TF and check_trace:
         trace(fn, record)
     return record, fn
 
@@ -256,7 +257,7 @@ def load(record: StepRecord) -> Callable[..., Any]:
     if digest != record.sha256:
         raise StepRefused(f"{path}: step {record.spec} changed since the run was made (SHA-256 {digest[:12]}..., "
                           f"recorded {record.sha256[:12]}...): restore it, or rerun the job with --overwrite")
-    found, fn = resolve(record.spec, record.position)
+    found, fn = resolve(record.spec, record.position, check_trace=False)  # Its caller traces it.
     if found != record:
         raise StepRefused(f"{path}: step {record.spec} is now a {found.kind} step; the run recorded {record.kind}")
     return fn
