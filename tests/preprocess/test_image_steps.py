@@ -7,6 +7,7 @@ stop before any work).
 """
 
 import json
+import os
 import textwrap
 
 import keras
@@ -231,6 +232,9 @@ PYTHON_STEPS = HOSTILE + textwrap.dedent('''\
 
     def make_offset():
         SET_UPS.append(1)
+        import os
+        with open(os.path.join(os.path.dirname(__file__), f"set_up_in_{os.getpid()}"), "w"):
+            pass  # Which process set it up: the test reads the names.
         return 5
 
 
@@ -280,8 +284,8 @@ def test_a_python_step_runs_between_decode_and_resize_once_set_up(tmp_path):
     assert steps.load(records[0]).__globals__["SET_UPS"] == [1]
 
 
-@pytest.mark.slow  # A whole job run: the full suite's, not the everyday lane.
-def test_a_python_step_through_the_job_and_its_export_refused(tmp_path):
+@pytest.mark.slow  # A whole job run in worker processes: the full suite's, not the everyday lane.
+def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refused(tmp_path):
     from tf_serving_input import export_serving_model
 
     steps_file = tmp_path / "py_steps.py"
@@ -292,8 +296,11 @@ def test_a_python_step_through_the_job_and_its_export_refused(tmp_path):
     out = tmp_path / "out"
     result = in_process.run_module(
         "beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir", out, "--image_size", SIZE,
-        "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:brighten")
+        "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:brighten",
+        "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
     assert result.returncode == 0, result.stderr
+    set_up_in = {int(path.name.rpartition("_")[2]) for path in tmp_path.glob("set_up_in_*")}
+    assert set_up_in and os.getpid() not in set_up_in  # In Beam's worker processes, not the launcher's.
     [example] = outputs.all_examples(out)
     assert (example["pixels"] == [15, 25, 35]).all()
     assert {failure["source"]: failure["reason"] for failure in outputs.errors(out)} == {
