@@ -96,7 +96,7 @@ class RowPreprocessor:
                 image = tf.cond(tf.equal(problem, 0),
                                 lambda: preprocess_checked_image(data, image_format, height_width, config),
                                 lambda: failed_image)
-                return image, problem, tf.constant("")
+                return image, problem, None  # No step: no detail of its own (the graph as before steps).
             image, bad, detail = tf.cond(
                 tf.equal(problem, 0),
                 lambda: preprocess_stepped_image(data, image_format, height_width, config, tf_steps),
