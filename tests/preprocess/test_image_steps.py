@@ -122,11 +122,14 @@ def test_export_serves_raw_bytes_through_the_same_steps(stepped, tmp_path):
             source_name = tf.train.Example.FromString(record.numpy()).features.feature["image/source"]
             records[source_name.bytes_list.value[0].decode()] = record.numpy()
     names = ["plain.png", "photo.jpg"]
-    serve = serving_loaders.load_signature(export_dir, "serving_default", "tf2")
-    by_bytes = serve(image_bytes=[(folder / name).read_bytes() for name in names])["scores"]
     by_record = serving_loaders.load_signature(export_dir, "serving_examples", "tf2")(
         examples=[records[name] for name in names])["scores"]
-    assert np.abs(np.asarray(by_bytes) - np.asarray(by_record)).max() == 0
+    for loader in serving_loaders.LOADERS:  # TF2's loader and the session loader TF Serving uses.
+        signature = serving_loaders.load_signature(export_dir, "serving_default", loader)
+        by_bytes = signature(image_bytes=[(folder / name).read_bytes() for name in names])["scores"]
+        signature.close()
+        assert np.abs(np.asarray(by_bytes) - np.asarray(by_record)).max() == 0, loader
+    serve = serving_loaders.load_signature(export_dir, "serving_default", "tf2")
     with pytest.raises(tf.errors.InvalidArgumentError, match="step_bad_output"):
         serve(image_bytes=[(folder / "empty.png").read_bytes()])
     info = json.loads((tmp_path / "export" / "assets.extra" / "beam_image_pipeline.json").read_text())
