@@ -50,6 +50,9 @@ def format_report(manifest):
         f"wall time {manifest['wall_seconds']} s, {manifest['images_per_second']} images/s, "
         f"runner {manifest['runner']}",
     ]
+    for step in manifest["config"].get("image_steps", ()):  # Shown, never loaded (docs/steps.md).
+        spec = terminal.shown(step["spec"], terminal.PATH_WIDTH)
+        lines.append(f"image step {step['position'] + 1}: {spec} ({step['kind']}, SHA-256 {step['sha256'][:12]}...)")
     for reason, count in manifest["failed_by_reason"].items():
         lines.append(f"failed: {reason}: {count}")
     return "\n".join(lines)

@@ -18,6 +18,7 @@ import imaging
 import in_process
 import outputs
 from beam_pipeline.common import rows as source
+from beam_pipeline.preprocess import inspect
 from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
 from tf_serving_input import failures, steps
 from tf_serving_input.features import PreprocessConfig
@@ -99,6 +100,9 @@ def test_tf_steps_run_in_the_job_in_order_and_fail_only_their_rows(stepped):
     assert by_source["one_channel.png"]["reason"] == failures.STEP_BAD_OUTPUT
     assert "[12 10 1]" in by_source["one_channel.png"]["detail"]
     assert by_source["text.png"]["reason"] == failures.NOT_AN_IMAGE
+    report = inspect.format_report(manifest)
+    assert f"image step 1: {steps_file}:hostile (tf, SHA-256 " in report
+    assert f"image step 2: {steps_file}:invert (tf, SHA-256 " in report
     recorded = manifest["config"]["image_steps"]
     digest = steps._file_digest(str(steps_file))
     assert recorded == [{"spec": f"{steps_file}:hostile", "kind": "tf", "position": 0, "sha256": digest},
