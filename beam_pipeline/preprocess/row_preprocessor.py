@@ -109,10 +109,12 @@ class RowPreprocessor:
                 image, problem, step_detail = stepped(data, image_format, height_width, problem, tf_steps)
                 # Formatting the detail costs ~0.1 ms an image: only rows that failed pay for it.
                 def failed_detail():
-                    found = problem_detail(tf.minimum(problem, len(failures.PROBLEMS) - 1), image_format,
-                                           height_width, config.max_pixels) if tf_steps else problem_detail(
-                                               problem, image_format, height_width, config.max_pixels)
-                    return tf.where(problem < len(failures.PROBLEMS), found, step_detail) if tf_steps else found
+                    def found():
+                        return problem_detail(problem, image_format, height_width, config.max_pixels)
+
+                    # With steps, a problem past failures.PROBLEMS is a step's bad output, with its own detail.
+                    return tf.cond(problem < len(failures.PROBLEMS), found, lambda: step_detail) if tf_steps \
+                        else found()
 
                 detail = tf.cond(tf.equal(problem, 0), lambda: tf.constant(""), failed_detail)
                 encoded = () if stores_pixels else (self._codec.encode(image, config),)
