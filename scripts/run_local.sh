@@ -22,7 +22,9 @@ echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
 # The second half: predictions and embeddings for every image, into the database, and a search.
 # The model above is trained again on every run, and a table never holds two exports' embeddings: the
 # demo's own table goes first, so that running this script again works.
-.venv/bin/beam-image-pipeline db psql --database_dir output/postgres -q -c "DROP TABLE IF EXISTS sample" >/dev/null
+# (client_min_messages: the first run has no such table, and PostgreSQL's notice saying so is noise.)
+.venv/bin/beam-image-pipeline db psql --database_dir output/postgres -q -c "SET client_min_messages = warning" \
+    -c "DROP TABLE IF EXISTS sample" >/dev/null
 .venv/bin/beam-image-pipeline predict --model_dir "$OUT/serving_model" --input_dir "$OUT" \
     --output_dir output/sample_predictions --database embedded --database_dir output/postgres --table sample \
     --overwrite
