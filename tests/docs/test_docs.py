@@ -173,3 +173,18 @@ def test_the_scripts_the_docs_run_exist():
     for line in shell_blocks(read("README.md")):
         for script in re.findall(r"(?:^|\s)((?:\./)?scripts/[\w./-]+\.(?:sh|py))", line):
             assert os.path.isfile(os.path.join(REPO_ROOT, script)), f"README.md: {script} does not exist"
+
+
+WRITTEN_BY = ("--output_dir", "--contact_sheet", "--export_dir")
+
+
+def test_the_documented_commands_on_the_sample_write_under_output():
+    """What the docs' commands on the sample write lands in output/ (in .gitignore), not the repository's root."""
+    written = [(page, line, argv[argv.index(flag) + 1]) for page, line, _, argv in documented_command_lines()
+               if "sample" in line for flag in WRITTEN_BY if flag in argv[:-1]]
+    python = [(page, path) for page in ["README.md", *glob.glob("docs/*.md", root_dir=REPO_ROOT)]
+              for path in re.findall(r'export_serving_model\(model, "[^"]*", "([^"]*)"\)', read(page))]
+    assert written and python
+    assert [(page, path) for page, _, path in written if not path.startswith("output/")] == []
+    assert [(page, path) for page, path in python if not path.startswith("output/")] == []
+    assert "output/" in read(".gitignore").split()

@@ -20,10 +20,10 @@ import shlex
 import time
 
 import pytest
+from test_docs import REPO_ROOT, read, shell_blocks
 
 import imaging
 import in_process
-from test_docs import REPO_ROOT, read, shell_blocks
 
 pytestmark = pytest.mark.slow
 
