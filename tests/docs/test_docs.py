@@ -188,3 +188,59 @@ def test_the_documented_commands_on_the_sample_write_under_output():
     assert [(page, path) for page, _, path in written if not path.startswith("output/")] == []
     assert [(page, path) for page, path in python if not path.startswith("output/")] == []
     assert "output/" in read(".gitignore").split()
+
+
+def _installed(name, extras=()):
+    """{distribution: its extras asked for} that `pip install NAME[EXTRAS]` brings, from the installed metadata."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found, todo = {}, [(name, tuple(extras))]
+    while todo:
+        name, extras = todo.pop()
+        key = canonicalize_name(name)
+        if set(extras) <= set(found.get(key, {""})) and key in found:
+            continue
+        found[key] = set(found.get(key, set())) | set(extras) | {""}
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            requirement = Requirement(text)
+            if requirement.marker is None or any(requirement.marker.evaluate({"extra": extra})
+                                                 for extra in found[key]):
+                todo.append((requirement.name, tuple(requirement.extras)))
+    return set(found)
+
+
+def _console_scripts():
+    """{console script: the distribution that installs it} of everything installed."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    return {entry.name: canonicalize_name(entry.dist.name) for entry in metadata.entry_points(group="console_scripts")}
+
+
+def test_a_tool_the_plain_install_lacks_is_named_with_the_extra_that_installs_it():
+    """scripts/run_local.sh installs the project without extras: where the docs run pytest or mkdocs from
+    .venv, the same paragraph (or the one before it) names the extra that installs it."""
+    plain = _installed("beam-image-pipeline")
+    extras = {extra: _installed("beam-image-pipeline", [extra]) - plain for extra in ("test", "docs")}
+    scripts, missing = _console_scripts(), []
+    for page in ["README.md", *sorted(glob.glob("docs/*.md", root_dir=REPO_ROOT))]:
+        paragraphs = re.split(r"\n\s*\n", read(page))
+        for i, paragraph in enumerate(paragraphs):
+            for tool in re.findall(r"\.venv/bin/(?:python -m )?([A-Za-z][\w.-]*)", paragraph):
+                dist = scripts.get(tool)  # `python -m pytest` is pytest's too; our own modules are plain.
+                if tool in ("python", "pip") or dist is None or dist in plain:
+                    continue
+                context = "\n".join(paragraphs[max(i - 1, 0):i + 1])
+                named = [extra for extra, dists in extras.items() if dist in dists and f"[{extra}]" in context]
+                if not named:
+                    missing.append(f"{page}: .venv/bin/{tool} ({dist}) without its extra")
+    assert scripts["pytest"] in extras["test"] and scripts["mkdocs"] in extras["docs"]
+    assert missing == [], "\n".join(missing)
