@@ -62,9 +62,25 @@ def test_the_reference_pages_are_generated_by_the_site_build():
     config = read("mkdocs.yml")
     assert re.search(r"^hooks:\s*\n\s*- docs/hooks/reference\.py", config, flags=re.MULTILINE), "hook not wired"
     hook = reference_hook()
-    for page, (marker, _) in hook.PAGES.items():
+    for page, (_, marker, _) in hook.PAGES.items():
         assert marker in read(os.path.join("docs", page)), f"docs/{page} lost its marker"
         assert page in config, f"docs/{page} is not in mkdocs.yml's nav"
+
+
+def test_the_committed_reference_pages_are_what_the_code_generates():
+    """They are committed, so that GitHub shows them; `python docs/hooks/reference.py --write` rewrites them."""
+    assert reference_hook().stale_pages() == []
+
+
+def test_every_public_name_is_on_the_api_page():
+    import tf_serving_input
+
+    hook, page = reference_hook(), read("docs/api.md")
+    # The names other pages send readers to (csv-and-images.md, reader-and-serving.md) among them.
+    assert {"normalize_images", "read_statistics", "OutputLayout", "make_dataset"} <= set(tf_serving_input.__all__)
+    for name in tf_serving_input.__all__:
+        assert f"::: {hook.defining_module('tf_serving_input', name)}.{name}\n" in page, f"{name} is not on api.md"
+        assert name in dir(tf_serving_input)
 
 
 def test_readme_fits_on_a_few_screens():
