@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -127,11 +128,12 @@ def reasons_reference() -> str:
 API_PACKAGE = "tf_serving_input"
 
 
-def defining_module(package: str, name: str) -> str:
-    """The module of `package` whose top level defines `name` (a def, a class or an assignment), read with ast:
-    nothing is imported, so TensorFlow is not loaded to write the page."""
+@functools.lru_cache
+def _top_level_names(package: str) -> dict[str, list[str]]:
+    """{name: the modules of `package` whose top level defines it (a def, a class or an assignment)}, read with
+    ast: nothing is imported, so TensorFlow is not loaded to write the page."""
     folder = os.path.join(ROOT, *package.split("."))
-    found = []
+    where: dict[str, list[str]] = {}
     for file in sorted(os.listdir(folder)):
         if not file.endswith(".py") or file == "__init__.py":
             continue
@@ -140,9 +142,14 @@ def defining_module(package: str, name: str) -> str:
         for node in tree.body:
             names = [node.name] if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else \
                 [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
-            if name in names:
-                found.append(f"{package}.{file[:-3]}")
-                break
+            for name in set(names):
+                where.setdefault(name, []).append(f"{package}.{file[:-3]}")
+    return where
+
+
+def defining_module(package: str, name: str) -> str:
+    """The one module of `package` that defines `name`; ValueError when none or several do."""
+    found = sorted(set(_top_level_names(package).get(name, [])))
     if len(found) != 1:
         raise ValueError(f"{package}.__all__ names {name}, defined in {len(found)} of its modules ({found})")
     return found[0]
