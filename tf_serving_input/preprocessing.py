@@ -14,7 +14,7 @@ the reason code ("not_an_image: ...", "too_many_pixels: ..."), which is what a
 serving request sees. A decode op that fails on bad data raises its own error;
 a JPEG whose scan ends before its image does (cut, with an end-of-image marker
 after the cut, or a header claiming more than the data holds), which libjpeg
-would fill with grey, fails with "truncated: ..." (`_decode_jpeg`).
+would fill with grey, fails with "truncated: ..." (`scan_ends_early`).
 """
 
 from __future__ import annotations
@@ -290,12 +290,10 @@ def _scan_ends(data: tf.Tensor) -> tf.Tensor:
     return ends
 
 
-def scan_ends_early(data: tf.Tensor | bytes) -> tf.Tensor:
-    """Whether a scan of JPEG bytes ends before its image does (a bool tensor); see `_SCAN_PADDING`.
-
-    Two decodes at 1/8 scale (DC only, the cheapest), with and without padding after each scan.
-    """
-    data = tf.convert_to_tensor(data, tf.string)
+# A tf.function: traced once, called as one op from every graph that checks (eagerly too, where
+# its loop would otherwise run op by op in Python).
+@tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+def _scan_ends_early(data: tf.Tensor) -> tf.Tensor:
     ends = _scan_ends(data)
     starts = tf.concat([[0], ends], 0)
     pieces = tf.strings.substr(tf.fill(tf.shape(starts), data), starts,
@@ -304,21 +302,26 @@ def scan_ends_early(data: tf.Tensor | bytes) -> tf.Tensor:
     return tf.reduce_any(tf.not_equal(tf.io.decode_jpeg(data, ratio=8), tf.io.decode_jpeg(with_padding, ratio=8)))
 
 
-def _decode_jpeg(data: tf.Tensor, ratio: int = 1) -> tf.Tensor:
-    """tf.io.decode_jpeg(channels=3) that fails with "truncated: ..." when the scan ends early.
+def scan_ends_early(data: tf.Tensor | bytes) -> tf.Tensor:
+    """Whether a scan of JPEG bytes ends before its image does (a bool tensor); see `_SCAN_PADDING`.
+
+    Two decodes at 1/8 scale (DC only, the cheapest), with and without padding after each scan.
+    """
+    return _scan_ends_early(tf.convert_to_tensor(data, tf.string))
+
+
+def _refuse_a_scan_cut_short(data: tf.Tensor, image: tf.Tensor) -> tf.Tensor:
+    """`image` (JPEG `data` decoded, before any turn), or "truncated: ..." when its scan ended early.
 
     Only an image whose last pixel is exactly (128, 128, 128) pays for the check: a scan that
     ended early leaves the last pixels so, an everyday photo almost never.
     """
-    image = tf.io.decode_jpeg(data, channels=3, ratio=ratio)
-
     def checked() -> tf.Tensor:
         whole = tf.logical_not(scan_ends_early(data))
         with tf.control_dependencies([tf.debugging.Assert(whole, [f"{failures.TRUNCATED}: {TRUNCATED_SCAN}"])]):
             return tf.identity(image)
 
     return tf.cond(tf.reduce_all(tf.equal(image[-1, -1], 128)), checked, lambda: image)
-
 
 def jpeg_shrink_index(height_width: tf.Tensor, shrink_to: int, resize_mode: str) -> tf.Tensor:
     """Index into (1, 2, 4, 8) of the largest DCT downscale that keeps the image big enough.
@@ -424,7 +427,7 @@ def decode_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, heigh
     def jpeg() -> tuple[tf.Tensor, tf.Tensor]:
         orientation = exif_orientation(data)
         if shrink_to is None:
-            image = apply_orientation(_decode_jpeg(data), orientation)
+            image = apply_orientation(_refuse_a_scan_cut_short(data, tf.io.decode_jpeg(data, channels=3)), orientation)
             return image, _whole_box(image)
         index = jpeg_shrink_index(height_width, shrink_to, resize_mode)
         # Most photos need neither: they skip ~30 ops of scales and turns (the result is the same).
@@ -432,13 +435,13 @@ def decode_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, heigh
                        lambda: scaled_or_turned(index, orientation))
 
     def whole() -> tuple[tf.Tensor, tf.Tensor]:
-        image = _decode_jpeg(data)
+        image = _refuse_a_scan_cut_short(data, tf.io.decode_jpeg(data, channels=3))
         return image, _whole_box(image)
 
     def scaled_or_turned(index: tf.Tensor, orientation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # `ratio` must be a constant: one decode op per scale, one of them runs.
-        image = tf.switch_case(index, [
-            lambda ratio=ratio: _decode_jpeg(data, ratio) for ratio in (1, 2, 4, 8)])
+        image = _refuse_a_scan_cut_short(data, tf.switch_case(index, [
+            lambda ratio=ratio: tf.io.decode_jpeg(data, channels=3, ratio=ratio) for ratio in (1, 2, 4, 8)]))
         extent = tf.cast(height_width, tf.float32) / tf.gather([1.0, 2.0, 4.0, 8.0], index)
         image = apply_orientation(image, orientation)
         extent = tf.where(orientation >= 5, tf.reverse(extent, [0]), extent)  # 5-8 swap the axes.

@@ -414,8 +414,10 @@ def _scan_cut_short_jpegs():
         "4:4:4 cut at 90%": imaging.cut_jpeg(full_chroma, len(full_chroma) * 9 // 10),
         "EXIF-turned cut at half": imaging.cut_jpeg(turned, len(turned) // 2),
         "header claiming 5000x5000": imaging.jpeg_claiming_size(small, 5000, 5000),
-        "progressive, header claiming 12000x8000": imaging.jpeg_claiming_size(
-            imaging.encode(photo[:32, :32], "JPEG", quality=90, progressive=True), 8000, 12000),
+        "header claiming 12000x8000": imaging.jpeg_claiming_size(small, 8000, 12000),
+        # A progressive decode holds every coefficient whatever the scale: 2000x3000 keeps it small.
+        "progressive, header claiming 3000x2000": imaging.jpeg_claiming_size(
+            imaging.encode(photo[:32, :32], "JPEG", quality=90, progressive=True), 2000, 3000),
     }
 
 
