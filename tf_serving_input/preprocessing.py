@@ -277,12 +277,12 @@ def _scan_ends(data: tf.Tensor) -> tf.Tensor:
         scan_end = tf.gather(markers, tf.minimum(tf.searchsorted(markers, data_start[None])[0], tf.size(markers) - 1))
         is_scan = tf.equal(marker, 0xDA)
         alone = (marker == 0xD8) | (marker == 0x01) | ((marker >= 0xD0) & (marker <= 0xD7))
-        following = tf.where(marker == 0xFF, position + 1,
-                             tf.where(alone, position + 2, tf.where(is_scan, tf.maximum(scan_end, data_start),
-                                                                    data_start)))
+        next_position = tf.where(marker == 0xFF, position + 1,  # A fill byte.
+                                 tf.where(alone, position + 2, tf.where(is_scan, tf.maximum(scan_end, data_start),
+                                                                        data_start)))
         stop = (padded[position] != 0xFF) | (marker == 0xD9)
         ends = tf.concat([ends, tf.boolean_mask(scan_end[None], (is_scan & ~stop)[None])], 0)
-        return tf.where(stop, size, following), ends
+        return tf.where(stop, size, next_position), ends
 
     _, ends = tf.while_loop(lambda position, _: position < size - 1, step,
                             (tf.constant(2, tf.int32), tf.zeros([0], tf.int32)),
@@ -290,16 +290,18 @@ def _scan_ends(data: tf.Tensor) -> tf.Tensor:
     return ends
 
 
-# A tf.function: traced once, called as one op from every graph that checks (eagerly too, where
-# its loop would otherwise run op by op in Python).
-@tf.function(input_signature=[tf.TensorSpec([], tf.string)])
-def _scan_ends_early(data: tf.Tensor) -> tf.Tensor:
+def _scan_ends_early_graph(data: tf.Tensor) -> tf.Tensor:
     ends = _scan_ends(data)
     starts = tf.concat([[0], ends], 0)
     pieces = tf.strings.substr(tf.fill(tf.shape(starts), data), starts,
                                tf.concat([ends, [tf.strings.length(data)]], 0) - starts)
     with_padding = tf.strings.reduce_join(pieces, separator=_SCAN_PADDING)
     return tf.reduce_any(tf.not_equal(tf.io.decode_jpeg(data, ratio=8), tf.io.decode_jpeg(with_padding, ratio=8)))
+
+
+# A tf.function: traced once, called as one op from every graph that checks (eagerly too, where
+# its loop would otherwise run op by op in Python).
+_scan_ends_early = tf.function(_scan_ends_early_graph, input_signature=[tf.TensorSpec([], tf.string)])
 
 
 def scan_ends_early(data: tf.Tensor | bytes) -> tf.Tensor:
@@ -322,6 +324,7 @@ def _refuse_a_scan_cut_short(data: tf.Tensor, image: tf.Tensor) -> tf.Tensor:
             return tf.identity(image)
 
     return tf.cond(tf.reduce_all(tf.equal(image[-1, -1], 128)), checked, lambda: image)
+
 
 def jpeg_shrink_index(height_width: tf.Tensor, shrink_to: int, resize_mode: str) -> tf.Tensor:
     """Index into (1, 2, 4, 8) of the largest DCT downscale that keeps the image big enough.
