@@ -300,8 +300,10 @@ def _scan_ends_early_graph(data: tf.Tensor) -> tf.Tensor:
 
 
 # A tf.function: traced once, called as one op from every graph that checks (eagerly too, where
-# its loop would otherwise run op by op in Python).
-_scan_ends_early = tf.function(_scan_ends_early_graph, input_signature=[tf.TensorSpec([], tf.string)])
+# its loop would otherwise run op by op in Python). Not inlined: inlined, its ~100 ops would sit in
+# the branch every image skips, each passed over at a cost.
+_scan_ends_early = tf.function(_scan_ends_early_graph, input_signature=[tf.TensorSpec([], tf.string)],
+                               experimental_attributes={"_noinline": True})
 
 
 def scan_ends_early(data: tf.Tensor | bytes) -> tf.Tensor:
