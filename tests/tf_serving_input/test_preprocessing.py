@@ -422,16 +422,25 @@ def _scan_cut_short_jpegs():
 
 
 SCAN_CUT_SHORT = _scan_cut_short_jpegs()
+# test_resize_modes' config (traced once for both): 96x128 photos shrink on load to 1/4, the large claims to 1/8.
+SHRINKING = PreprocessConfig(image_size=20, resize_mode="center_crop")
+
+
+def _everyday_or_slow(names, everyday):
+    """`names` as parameters, those not in `everyday` run with the slow tests (CI): ~1 s a case."""
+    return [name if name in everyday else pytest.param(name, marks=pytest.mark.slow) for name in sorted(names)]
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", sorted(SCAN_CUT_SHORT))
+@pytest.mark.parametrize("name", _everyday_or_slow(SCAN_CUT_SHORT, {
+    "baseline cut at half", "progressive cut in its first scan", "restart markers, cut just after one",
+    "header claiming 12000x8000"}))
 def test_a_jpeg_whose_scan_ends_early_is_refused_as_truncated_not_decoded_grey(name, mode):
     data = SCAN_CUT_SHORT[name]
     # The premise: the plain decode op accepts the bytes and fills the rest with grey.
     assert (tf.io.decode_jpeg(data, channels=3, ratio=8)[-1, -1].numpy() == 128).all()
     large = "claiming" in name  # Decoded shrunk on load only (a full decode would be 75-288 MB of grey).
-    functions = [preprocess_with(PreprocessConfig(image_size=16))] + ([] if large else [pp.decode_image])
+    functions = [preprocess_with(SHRINKING)] + ([] if large else [pp.decode_image])
     for fn in functions:
         with pytest.raises(tf.errors.InvalidArgumentError) as caught:
             run_op(fn, data, mode)
@@ -464,7 +473,8 @@ GREY_BUT_WHOLE = _grey_but_whole_jpegs()
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", sorted(GREY_BUT_WHOLE))
+@pytest.mark.parametrize("name", _everyday_or_slow(GREY_BUT_WHOLE, {
+    "a 128 band at the bottom", "progressive, a 128 band", "one grey pixel"}))
 def test_a_whole_jpeg_with_exact_grey_is_decoded_as_it_is(name, mode):
     data = GREY_BUT_WHOLE[name]
     stored = tf.io.decode_jpeg(data, channels=3).numpy()
@@ -472,4 +482,4 @@ def test_a_whole_jpeg_with_exact_grey_is_decoded_as_it_is(name, mode):
     decoded = run_op(pp.decode_image, data, mode)
     if "EXIF" not in name:
         assert decoded.tobytes() == stored.tobytes(), name
-    assert run_op(preprocess_with(PreprocessConfig(image_size=16)), data, mode).shape == (16, 16, 3)
+    assert run_op(preprocess_with(SHRINKING), data, mode).shape == (20, 20, 3)
