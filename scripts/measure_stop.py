@@ -78,6 +78,8 @@ def alive(pid):
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 def main():
+    if len(sys.argv) != 3 or sys.argv[2] not in ("group_int", "launcher_int", "launcher_kill"):
+        sys.exit(__doc__)
     data, mode = Path(sys.argv[1]), sys.argv[2]
     server = None
     if data.name == "url":
