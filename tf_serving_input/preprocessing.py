@@ -223,16 +223,21 @@ def apply_orientation(image: tf.Tensor, orientation: tf.Tensor | int) -> tf.Tens
 def to_rgb(image: tf.Tensor) -> tf.Tensor:
     """Converts uint8 [H, W, 1|2|3|4] to [H, W, 3]; alpha is composited over white."""
     channels = tf.shape(image)[-1]
-    has_alpha = tf.equal(channels % 2, 0)
-    color_channels = channels - tf.cast(has_alpha, tf.int32)
-    color = tf.gather(image, tf.minimum(tf.range(3), color_channels - 1), axis=-1)
 
-    def composite() -> tf.Tensor:
-        alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
-        blended = tf.cast(color, tf.float32) * alpha + 255.0 * (1.0 - alpha)
-        return tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8)
+    def converted() -> tf.Tensor:
+        has_alpha = tf.equal(channels % 2, 0)
+        color_channels = channels - tf.cast(has_alpha, tf.int32)
+        color = tf.gather(image, tf.minimum(tf.range(3), color_channels - 1), axis=-1)
 
-    return tf.cond(has_alpha, composite, lambda: color)
+        def composite() -> tf.Tensor:
+            alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
+            blended = tf.cast(color, tf.float32) * alpha + 255.0 * (1.0 - alpha)
+            return tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8)
+
+        return tf.cond(has_alpha, composite, lambda: color)
+
+    # RGB already: the image itself (the gather copied it: 3 bytes a pixel more at --max_pixels).
+    return tf.cond(tf.equal(channels, 3), lambda: image, converted)
 
 
 # A JPEG whose scan data ends early (cut, then an end-of-image marker; or a frame header claiming
@@ -479,6 +484,8 @@ _BAND_ROWS = 16
 # row's length, so rows <= length / 48 keeps the weights a small part of it (a 1 x 10,000,000
 # picture took 3.7 GB with 16 rows a block, against 0.34 GB for the op).
 _ROW_LENGTH_PER_BAND_ROW = 48
+# The largest band of rows (float32) one resize pass builds at once; a larger one goes a block at a time.
+_BAND_BYTES_AT_ONCE = 64 * 2**20
 # ScaleAndTranslate leaves an output pixel black when its filter weights sum to less than this.
 _SMALLEST_WEIGHT_SUM = 1000.0 * float(np.finfo(np.float32).tiny)
 # Fixed point, so that every sum is exact in float32 (an integer below 2 ** 24) whatever order a
@@ -531,10 +538,25 @@ def _resample_rows(rows: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tens
     first, weights = _band_weights(tf.shape(rows)[0], output_size, scale, translation, bits,
                                    tf.clip_by_value(tf.minimum(length // _ROW_LENGTH_PER_BAND_ROW, output_size),
                                                     1, _BAND_ROWS))
+    taps = tf.shape(weights)[-1]
+
     # Each block multiplies only the rows its outputs reach: one small matmul a block (oneDNN),
     # instead of a dense [output, input] matrix that is mostly zeros.
-    band = tf.cast(tf.gather(rows, first[:, None] + tf.range(tf.shape(weights)[-1])), tf.float32)
-    return tf.reshape(tf.matmul(weights, band), [-1, length])[:output_size]
+    def at_once() -> tf.Tensor:
+        return tf.matmul(weights, tf.cast(tf.gather(rows, first[:, None] + tf.range(taps)), tf.float32))
+
+    # A large image's band (all blocks' rows as float32: ~17 bytes a source pixel, 1.6 GiB at 100 Mpx) is
+    # made a block at a time instead: the same products, so the same bytes (issue 55: a 9999x9999 PNG
+    # took +1.90 GiB in the job's call, +0.46 GiB this way, and 3.7 s instead of 10.4 s).
+    def by_block() -> tf.Tensor:
+        def block(start_weights: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            start, block_weights = start_weights
+            return tf.matmul(block_weights, tf.cast(rows[start:start + taps], tf.float32))
+        return tf.map_fn(block, (first, weights), fn_output_signature=tf.TensorSpec([None, None], tf.float32),
+                         parallel_iterations=1)
+
+    band_bytes = tf.cast(tf.size(first) * taps, tf.int64) * tf.cast(length, tf.int64) * 4
+    return tf.reshape(tf.cond(band_bytes > _BAND_BYTES_AT_ONCE, by_block, at_once), [-1, length])[:output_size]
 
 
 def _scale_and_translate(image: tf.Tensor, height: tf.Tensor | int, width: tf.Tensor | int, scale: tf.Tensor,
