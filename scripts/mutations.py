@@ -8,6 +8,7 @@ restored (also when interrupted). A mutation the suite misses prints "exit 0". R
 tree: it edits files in place while a test runs.
 """
 
+import argparse
 import pathlib
 import subprocess
 import sys
@@ -97,8 +98,20 @@ MUTATIONS = [
 ]
 
 
-def main(only: list[str]) -> int:
-    """Runs the mutations named by prefix (all without any); returns 1 when the suite missed one."""
+def main(argv: list[str]) -> int:
+    """Runs the mutations named by prefix (all without any); returns 1 when the suite missed one, 2 when a
+    prefix names none."""
+    parser = argparse.ArgumentParser(
+        prog="scripts/mutations.py", description=__doc__.split("\n\n")[0],
+        epilog="Mutations: " + "; ".join(name for name, *_ in MUTATIONS) + ".")
+    parser.add_argument("only", nargs="*", metavar="NAME_PREFIX",
+                        help="Run only the mutations whose name starts with one of these (M1, M6b, ...).")
+    only = parser.parse_args(argv).only
+    unknown = [prefix for prefix in only if not any(name.startswith(prefix) for name, *_ in MUTATIONS)]
+    if unknown:
+        print(f"error: {', '.join(unknown)} names no mutation (they are M1 to {MUTATIONS[-1][0].split()[0]}: "
+              "see --help)", file=sys.stderr)
+        return 2
     missed = 0
     for name, path, old, new, test in MUTATIONS:
         if only and not any(name.startswith(prefix) for prefix in only):

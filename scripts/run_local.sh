@@ -16,13 +16,16 @@ fi
 echo "Sample dataset: $(($(wc -l < "$CSV") - 1)) images listed in $CSV"
 .venv/bin/beam-image-pipeline preprocess --input_csv "$CSV" --output_dir "$OUT" --overwrite "$@"
 .venv/bin/beam-image-pipeline inspect "$OUT" --contact_sheet "$OUT/contact_sheet.png"
-# Then the rest of the path: train on the output, export for serving, serve one raw image.
+# Then the rest of the path: train on the output, export for serving, serve one raw image. Run again on the same
+# output, train.py keeps its export, so README's tour (and this script again) still fits the predictions below.
 .venv/bin/python scripts/train.py --output_dir "$OUT" --export_dir "$OUT/serving_model" \
     --predict_image sample_data/images/cat/cat_000.jpg
 # The second half: predictions and embeddings for every image, into the database, and a search.
-# The model above is trained again on every run, and a table never holds two exports' embeddings: the
-# demo's own table goes first, so that running this script again works.
-.venv/bin/beam-image-pipeline db psql --database_dir output/postgres -q -c "DROP TABLE IF EXISTS sample" >/dev/null
+# Arguments given to this script ("$@") can change the output, and then train.py trains a new model; a table
+# never holds two exports' embeddings, so the demo's own table goes first and this script always runs again.
+# (client_min_messages: the first run has no such table, and PostgreSQL's notice saying so is noise.)
+.venv/bin/beam-image-pipeline db psql --database_dir output/postgres -q -c "SET client_min_messages = warning" \
+    -c "DROP TABLE IF EXISTS sample" >/dev/null
 .venv/bin/beam-image-pipeline predict --model_dir "$OUT/serving_model" --input_dir "$OUT" \
     --output_dir output/sample_predictions --database embedded --database_dir output/postgres --table sample \
     --overwrite

@@ -7,6 +7,11 @@ Shows the whole path a user takes: the reader feeds training (normalized per
 batch by the job's TFT graph), `export_serving_model` writes a SavedModel whose
 signature takes raw image bytes, and the reloaded SavedModel answers a request
 built from an original image file, as TensorFlow Serving would.
+
+Run again on the same job output with the same settings, it keeps the export it made (recorded in
+EXPORT_DIR/training.json) instead of training a new one: a new export has new weights, so the predictions
+and the table made with the old one would no longer fit it (the predict job refuses to mix two exports'
+embeddings in one table). `--overwrite` trains again.
 """
 
 import argparse
@@ -23,6 +28,8 @@ if __name__ == "__main__":  # Quiet by default, as the project's commands are (-
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from beam_pipeline.common.files import export_sha256  # noqa: E402
+from beam_pipeline.common.job_shards import job_input_sha256  # noqa: E402
 from tf_serving_input import export_serving_model, make_dataset  # noqa: E402
 from tf_serving_input.features import UNKNOWN_LABEL_ID, load_preprocess_config  # noqa: E402
 from tf_serving_input.layout import OutputLayout  # noqa: E402
@@ -53,6 +60,26 @@ def known_labels_only(dataset):
         lambda images, labels: tf.size(labels) > 0)
 
 
+TRAINING_RECORD = "training.json"  # In the export folder: what the export was trained on, and how.
+
+
+def training_record(args, manifest):
+    """What makes two trainings the same: the job output's images and statistics, and the training settings."""
+    return {"job_input_sha256": job_input_sha256(manifest), "statistics": manifest["statistics"],
+            "settings": {"epochs": args.epochs, "batch_size": args.batch_size, "seed": args.seed,
+                         "validation_split": args.validation_split}}
+
+
+def kept_export(export_dir, record):
+    """Whether `export_dir` holds the export a training with this `record` made, unchanged since."""
+    try:
+        with open(os.path.join(export_dir, TRAINING_RECORD), encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return recorded.get("training") == record and recorded.get("export_sha256") == export_sha256(export_dir)
+
+
 def main(argv=None):
     """Trains, evaluates, exports and serves one prediction; returns an exit code."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -64,6 +91,9 @@ def main(argv=None):
     parser.add_argument("--verbose", action="store_true", help="Show TensorFlow's start-up lines.")
     parser.add_argument("--validation_split", default="validation", help="Split used for validation accuracy.")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true",
+                        help="Train again even when --export_dir holds the export of a training on the same output "
+                             "with the same settings (kept otherwise: the predictions made with it still fit).")
     args = parser.parse_args(argv)
 
     keras.utils.set_random_seed(args.seed)
@@ -74,7 +104,22 @@ def main(argv=None):
               file=sys.stderr)
         return 2
 
-    train_images = OutputLayout(args.output_dir).load_manifest()["splits"]["train"]["written"]
+    manifest = OutputLayout(args.output_dir).load_manifest()
+    record = training_record(args, manifest)
+    if not args.overwrite and kept_export(args.export_dir, record):
+        print(f"kept the export in {args.export_dir}: trained on this output with these settings "
+              "(--overwrite trains again)")
+    else:
+        train_and_export(args, manifest, config, vocabulary, record)
+    return serve_one_image(args, vocabulary)
+
+
+def train_and_export(args, manifest, config, vocabulary, record):
+    """Trains the classifier, exports it to args.export_dir and records what it was trained on."""
+    record_path = os.path.join(args.export_dir, TRAINING_RECORD)
+    if os.path.exists(record_path):  # Gone before the export changes: a run killed part-way keeps nothing.
+        os.remove(record_path)
+    train_images = manifest["splits"]["train"]["written"]
     steps_per_epoch = max(1, train_images // args.batch_size)
     # Unlabeled rows, and validation labels no training row has, read as id -1: the loss cannot take them.
     train = known_labels_only(make_dataset(args.output_dir, "train", batch_size=args.batch_size, training=True,
@@ -91,9 +136,14 @@ def main(argv=None):
     print(f"validation accuracy: {accuracy:.3f}")
 
     export_serving_model(model, args.output_dir, args.export_dir)
+    with open(record_path, "w", encoding="utf-8") as f:
+        json.dump({"training": record, "export_sha256": export_sha256(args.export_dir)}, f, indent=2)
     print(f"exported serving model: {args.export_dir} "
           f"(inspect with: saved_model_cli show --dir {args.export_dir} --all)")
 
+
+def serve_one_image(args, vocabulary):
+    """Answers one raw image's TensorFlow Serving request with the export, as TensorFlow Serving would."""
     body = rest_request_body([args.predict_image])
     request_path = os.path.join(args.export_dir, "predict_request.json")
     with open(request_path, "w", encoding="utf-8") as f:

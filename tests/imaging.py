@@ -98,3 +98,25 @@ def small_dataset(folder, count=10, size=64):
         rows.append([name, "ab"[i % 2]])
     write_csv(folder / "in.csv", ["path", "label"], rows)
     return folder / "in.csv"
+
+
+def cut_jpeg(data, end):
+    """JPEG bytes cut at `end` (a byte offset), with an end-of-image marker put back after the cut.
+
+    libjpeg (and so TensorFlow and Pillow) decodes such a file with only a warning ("premature end of
+    data segment") and fills what the scan no longer holds with grey (128, 128, 128).
+    """
+    return data[:end] + b"\xff\xd9"
+
+
+def scan_starts(data):
+    """Offsets of the start-of-scan (FF DA) markers of JPEG bytes without a thumbnail: one a baseline scan."""
+    return [index for index in range(len(data) - 1) if data[index:index + 2] == b"\xff\xda"]
+
+
+def jpeg_claiming_size(data, height, width):
+    """JPEG bytes whose frame header (SOF0/SOF2) claims height x width, more than its scan data holds."""
+    import struct
+
+    start = min(i for i in (data.find(b"\xff\xc0"), data.find(b"\xff\xc2")) if i >= 0)
+    return data[:start + 5] + struct.pack(">HH", height, width) + data[start + 9:]

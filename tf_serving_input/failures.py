@@ -57,7 +57,9 @@ REASONS = {
     EMPTY_FILE: "the file has 0 bytes",
     TOO_LARGE_FILE: "the file is larger than --max_file_bytes (it is not read whole)",
     TOO_MANY_PIXELS: "the header claims more pixels than --max_pixels (refused before decoding)",
-    TRUNCATED: "the image data ends early (an interrupted download or copy)",
+    TRUNCATED: ("the image data ends early (an interrupted download or copy), also when an end-of-image marker "
+                "follows the cut or a JPEG header claims more than its data holds (libjpeg would fill the rest with "
+                "grey; the detail says so)"),
     CORRUPT: "the image data or its header cannot be decoded",
     UNSUPPORTED_FORMAT: "a recognised image or document format that is not decoded (the detail names it)",
     NOT_AN_IMAGE: "the content is no known image format (text, HTML, ...)",
@@ -102,6 +104,9 @@ TRANSIENT = frozenset({TIMEOUT, CONNECTION_FAILED, HTTP_429, HTTP_5XX})
 # The checks the preprocessing makes before decoding (preprocessing.inspect_image), by the index
 # its TensorFlow ops return; preprocessing.problem_detail says what each found.
 PROBLEMS = (None, NOT_AN_IMAGE, UNSUPPORTED_FORMAT, TOO_MANY_PIXELS, CORRUPT)
+# The checks the decode itself makes (a JPEG scan that ends early: preprocessing._decode_jpeg); they
+# fail the op with '<reason code>: <detail>' as the PROBLEMS do in serving.
+DECODE_CHECKS = (TRUNCATED,)
 
 
 class RowFailure(Exception):
@@ -130,7 +135,13 @@ class RowFailure(Exception):
 
 
 def describe_decode_failure(data: bytes, error: BaseException) -> RowFailure:
-    """The RowFailure for image bytes a decode op refused: truncated or corrupt, with the op's words."""
+    """The RowFailure for image bytes a decode op refused: truncated or corrupt, with the op's words.
+
+    A check of the preprocessing's own ('<reason code>: <detail>', `DECODE_CHECKS`) keeps its reason.
+    """
+    checked = _checked_failure(op_error_message(error), DECODE_CHECKS)
+    if checked is not None:
+        return checked
     name = formats.sniff(data) or "image"
     reason = TRUNCATED if formats.looks_truncated(data, name) else CORRUPT
     return RowFailure(reason, f"{name.upper()} data could not be decoded: {op_error_message(error)}")
@@ -156,9 +167,14 @@ def from_serving_error(data: bytes, error: BaseException) -> RowFailure:
     The signature's checks fail with '<reason code>: <detail>' (preprocessing.assert_decodable);
     anything else is a decode op's error (truncated or corrupt).
     """
-    message = op_error_message(error)
-    for reason in PROBLEMS[1:]:
+    checked = _checked_failure(op_error_message(error), PROBLEMS[1:])
+    return checked if checked is not None else describe_decode_failure(data, error)
+
+
+def _checked_failure(message: str, reasons: tuple[str | None, ...]) -> RowFailure | None:
+    """The RowFailure of a preprocessing check's '<reason code>: <detail>' in an op's message, if it is one."""
+    for reason in reasons:
         marker = f"{reason}: "
-        if marker in message:
+        if reason is not None and marker in message:
             return RowFailure(reason, message.split(marker, 1)[1].rstrip("]'\""))
-    return describe_decode_failure(data, error)
+    return None

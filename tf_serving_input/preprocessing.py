@@ -11,7 +11,10 @@ header claims, and returns what it found as numbers (a problem index into
 from those without parsing any message. `preprocess_image` and `decode_image`
 turn a problem into `tf.errors.InvalidArgumentError` whose message starts with
 the reason code ("not_an_image: ...", "too_many_pixels: ..."), which is what a
-serving request sees. A decode op that fails on bad data raises its own error.
+serving request sees. A decode op that fails on bad data raises its own error;
+a JPEG whose scan ends before its image does (cut, with an end-of-image marker
+after the cut, or a header claiming more than the data holds), which libjpeg
+would fill with grey, fails with "truncated: ..." (`scan_ends_early`).
 """
 
 from __future__ import annotations
@@ -224,16 +227,114 @@ def apply_orientation(image: tf.Tensor, orientation: tf.Tensor | int) -> tf.Tens
 def to_rgb(image: tf.Tensor) -> tf.Tensor:
     """Converts uint8 [H, W, 1|2|3|4] to [H, W, 3]; alpha is composited over white."""
     channels = tf.shape(image)[-1]
-    has_alpha = tf.equal(channels % 2, 0)
-    color_channels = channels - tf.cast(has_alpha, tf.int32)
-    color = tf.gather(image, tf.minimum(tf.range(3), color_channels - 1), axis=-1)
 
-    def composite() -> tf.Tensor:
-        alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
-        blended = tf.cast(color, tf.float32) * alpha + 255.0 * (1.0 - alpha)
-        return tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8)
+    def converted() -> tf.Tensor:
+        has_alpha = tf.equal(channels % 2, 0)
+        color_channels = channels - tf.cast(has_alpha, tf.int32)
+        color = tf.gather(image, tf.minimum(tf.range(3), color_channels - 1), axis=-1)
 
-    return tf.cond(has_alpha, composite, lambda: color)
+        def composite() -> tf.Tensor:
+            alpha = tf.cast(image[..., -1:], tf.float32) / 255.0
+            blended = tf.cast(color, tf.float32) * alpha + 255.0 * (1.0 - alpha)
+            return tf.cast(tf.clip_by_value(tf.round(blended), 0, 255), tf.uint8)
+
+        return tf.cond(has_alpha, composite, lambda: color)
+
+    # RGB already: the image itself (the gather copied it: 3 bytes a pixel more at --max_pixels).
+    return tf.cond(tf.equal(channels, 3), lambda: image, converted)
+
+
+# A JPEG whose scan data ends early (cut, then an end-of-image marker; or a frame header claiming
+# more rows than the data holds) decodes in libjpeg with only a warning, the rest of the image
+# exactly grey (128, 128, 128): every coefficient it never read is zero. A whole JPEG with grey
+# there decodes alike, so pixels cannot tell; the scan can. Bytes put after each scan's data are
+# read only by a scan that ends early: a decode with them differs from one without them exactly
+# when a scan ran out. Random bytes (no FF; each chunk starts with 00, so that an FF left at a cut
+# reads as data) decode as non-zero coefficients whatever the Huffman tables; a restart marker
+# after each chunk keeps a restart-interval scan reading them.
+def _scan_padding() -> bytes:
+    rng = np.random.default_rng(20261205)
+    chunks = [b"\0" + rng.integers(0, 255, 255 if k == 0 else 31, dtype=np.uint8).tobytes() + bytes([0xFF, 0xD0 + k])
+              for k in range(8)]
+    return b"".join(chunks)
+
+
+_SCAN_PADDING = _scan_padding()
+TRUNCATED_SCAN = ("JPEG scan data ends before the image does (cut, then an end-of-image marker, or a header "
+                  "claiming more than the data holds): the rest would decode as flat grey")
+
+
+def _scan_ends(data: tf.Tensor) -> tf.Tensor:
+    """Offsets (int32, ascending) where each scan's entropy-coded data of JPEG bytes ends.
+
+    Walks the marker segments from the start (APPn segments, an EXIF thumbnail's markers
+    included, are skipped by their lengths); after a start-of-scan the data runs to the first
+    marker that is not a restart marker, a stuffed FF 00 or a fill byte.
+    """
+    raw = tf.cast(tf.io.decode_raw(data, tf.uint8), tf.int32)
+    size = tf.size(raw)
+    padded = tf.concat([raw, tf.zeros([4], tf.int32)], 0)  # Reads past the end see zeros.
+    following = padded[1:size + 1]
+    markers = tf.cast(tf.where((raw == 0xFF) & (following != 0) & (following != 0xFF)
+                               & ((following < 0xD0) | (following > 0xD7)))[:, 0], tf.int32)
+    markers = tf.concat([markers, [size]], 0)
+
+    def step(position: tf.Tensor, ends: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        marker = padded[position + 1]
+        length = padded[position + 2] * 256 + padded[position + 3]
+        data_start = position + 2 + length
+        scan_end = tf.gather(markers, tf.minimum(tf.searchsorted(markers, data_start[None])[0], tf.size(markers) - 1))
+        is_scan = tf.equal(marker, 0xDA)
+        alone = (marker == 0xD8) | (marker == 0x01) | ((marker >= 0xD0) & (marker <= 0xD7))
+        next_position = tf.where(marker == 0xFF, position + 1,  # A fill byte.
+                                 tf.where(alone, position + 2, tf.where(is_scan, tf.maximum(scan_end, data_start),
+                                                                        data_start)))
+        stop = (padded[position] != 0xFF) | (marker == 0xD9)
+        ends = tf.concat([ends, tf.boolean_mask(scan_end[None], (is_scan & ~stop)[None])], 0)
+        return tf.where(stop, size, next_position), ends
+
+    _, ends = tf.while_loop(lambda position, _: position < size - 1, step,
+                            (tf.constant(2, tf.int32), tf.zeros([0], tf.int32)),
+                            shape_invariants=(tf.TensorShape([]), tf.TensorShape([None])))
+    return ends
+
+
+def _scan_ends_early_graph(data: tf.Tensor) -> tf.Tensor:
+    ends = _scan_ends(data)
+    starts = tf.concat([[0], ends], 0)
+    pieces = tf.strings.substr(tf.fill(tf.shape(starts), data), starts,
+                               tf.concat([ends, [tf.strings.length(data)]], 0) - starts)
+    with_padding = tf.strings.reduce_join(pieces, separator=_SCAN_PADDING)
+    return tf.reduce_any(tf.not_equal(tf.io.decode_jpeg(data, ratio=8), tf.io.decode_jpeg(with_padding, ratio=8)))
+
+
+# A tf.function: traced once, called as one op from every graph that checks (eagerly too, where
+# its loop would otherwise run op by op in Python). Not inlined: inlined, its ~100 ops would sit in
+# the branch every image skips, each passed over at a cost.
+_scan_ends_early = tf.function(_scan_ends_early_graph, input_signature=[tf.TensorSpec([], tf.string)],
+                               experimental_attributes={"_noinline": True})
+
+
+def scan_ends_early(data: tf.Tensor | bytes) -> tf.Tensor:
+    """Whether a scan of JPEG bytes ends before its image does (a bool tensor); see `_SCAN_PADDING`.
+
+    Two decodes at 1/8 scale (DC only, the cheapest), with and without padding after each scan.
+    """
+    return _scan_ends_early(tf.convert_to_tensor(data, tf.string))
+
+
+def _refuse_a_scan_cut_short(data: tf.Tensor, image: tf.Tensor) -> tf.Tensor:
+    """`image` (JPEG `data` decoded, before any turn), or "truncated: ..." when its scan ended early.
+
+    Only an image whose last pixel is exactly (128, 128, 128) pays for the check: a scan that
+    ended early leaves the last pixels so, an everyday photo almost never.
+    """
+    def checked() -> tf.Tensor:
+        whole = tf.logical_not(scan_ends_early(data))
+        with tf.control_dependencies([tf.debugging.Assert(whole, [f"{failures.TRUNCATED}: {TRUNCATED_SCAN}"])]):
+            return tf.identity(image)
+
+    return tf.cond(tf.reduce_all(tf.equal(image[-1, -1], 128)), checked, lambda: image)
 
 
 def jpeg_shrink_index(height_width: tf.Tensor, shrink_to: int, resize_mode: str) -> tf.Tensor:
@@ -340,7 +441,7 @@ def decode_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, heigh
     def jpeg() -> tuple[tf.Tensor, tf.Tensor]:
         orientation = exif_orientation(data)
         if shrink_to is None:
-            image = apply_orientation(tf.io.decode_jpeg(data, channels=3), orientation)
+            image = apply_orientation(_refuse_a_scan_cut_short(data, tf.io.decode_jpeg(data, channels=3)), orientation)
             return image, _whole_box(image)
         index = jpeg_shrink_index(height_width, shrink_to, resize_mode)
         # Most photos need neither: they skip ~30 ops of scales and turns (the result is the same).
@@ -348,13 +449,13 @@ def decode_checked_image(data: tf.Tensor | bytes, image_format: tf.Tensor, heigh
                        lambda: scaled_or_turned(index, orientation))
 
     def whole() -> tuple[tf.Tensor, tf.Tensor]:
-        image = tf.io.decode_jpeg(data, channels=3)
+        image = _refuse_a_scan_cut_short(data, tf.io.decode_jpeg(data, channels=3))
         return image, _whole_box(image)
 
     def scaled_or_turned(index: tf.Tensor, orientation: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         # `ratio` must be a constant: one decode op per scale, one of them runs.
-        image = tf.switch_case(index, [
-            lambda ratio=ratio: tf.io.decode_jpeg(data, channels=3, ratio=ratio) for ratio in (1, 2, 4, 8)])
+        image = _refuse_a_scan_cut_short(data, tf.switch_case(index, [
+            lambda ratio=ratio: tf.io.decode_jpeg(data, channels=3, ratio=ratio) for ratio in (1, 2, 4, 8)]))
         extent = tf.cast(height_width, tf.float32) / tf.gather([1.0, 2.0, 4.0, 8.0], index)
         image = apply_orientation(image, orientation)
         extent = tf.where(orientation >= 5, tf.reverse(extent, [0]), extent)  # 5-8 swap the axes.
@@ -387,6 +488,8 @@ _BAND_ROWS = 16
 # row's length, so rows <= length / 48 keeps the weights a small part of it (a 1 x 10,000,000
 # picture took 3.7 GB with 16 rows a block, against 0.34 GB for the op).
 _ROW_LENGTH_PER_BAND_ROW = 48
+# The largest band of rows (float32) one resize pass builds at once; a larger one goes a block at a time.
+_BAND_BYTES_AT_ONCE = 64 * 2**20
 # ScaleAndTranslate leaves an output pixel black when its filter weights sum to less than this.
 _SMALLEST_WEIGHT_SUM = 1000.0 * float(np.finfo(np.float32).tiny)
 # Fixed point, so that every sum is exact in float32 (an integer below 2 ** 24) whatever order a
@@ -439,10 +542,25 @@ def _resample_rows(rows: tf.Tensor, output_size: tf.Tensor | int, scale: tf.Tens
     first, weights = _band_weights(tf.shape(rows)[0], output_size, scale, translation, bits,
                                    tf.clip_by_value(tf.minimum(length // _ROW_LENGTH_PER_BAND_ROW, output_size),
                                                     1, _BAND_ROWS))
+    taps = tf.shape(weights)[-1]
+
     # Each block multiplies only the rows its outputs reach: one small matmul a block (oneDNN),
     # instead of a dense [output, input] matrix that is mostly zeros.
-    band = tf.cast(tf.gather(rows, first[:, None] + tf.range(tf.shape(weights)[-1])), tf.float32)
-    return tf.reshape(tf.matmul(weights, band), [-1, length])[:output_size]
+    def at_once() -> tf.Tensor:
+        return tf.matmul(weights, tf.cast(tf.gather(rows, first[:, None] + tf.range(taps)), tf.float32))
+
+    # A large image's band (all blocks' rows as float32: ~17 bytes a source pixel, 1.6 GiB at 100 Mpx) is
+    # made a block at a time instead: the same products, so the same bytes (issue 55: a 9999x9999 PNG
+    # took +1.90 GiB in the job's call, +0.46 GiB this way, and 3.7 s instead of 10.4 s).
+    def by_block() -> tf.Tensor:
+        def block(start_weights: tuple[tf.Tensor, tf.Tensor]) -> tf.Tensor:
+            start, block_weights = start_weights
+            return tf.matmul(block_weights, tf.cast(rows[start:start + taps], tf.float32))
+        return tf.map_fn(block, (first, weights), fn_output_signature=tf.TensorSpec([None, None], tf.float32),
+                         parallel_iterations=1)
+
+    band_bytes = tf.cast(tf.size(first) * taps, tf.int64) * tf.cast(length, tf.int64) * 4
+    return tf.reshape(tf.cond(band_bytes > _BAND_BYTES_AT_ONCE, by_block, at_once), [-1, length])[:output_size]
 
 
 def _scale_and_translate(image: tf.Tensor, height: tf.Tensor | int, width: tf.Tensor | int, scale: tf.Tensor,

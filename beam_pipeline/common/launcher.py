@@ -207,7 +207,8 @@ class Launcher(Generic[LayoutT]):
         started = time.time()
         step.now(doing)
         try:
-            with run_log.capture(), beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline:
+            with (runners.workers_stop_on_interrupt(), run_log.capture(),
+                  beam.Pipeline(runner=runners.local_runner(options), options=options) as pipeline):
                 build(pipeline)
         finally:
             if monitor:

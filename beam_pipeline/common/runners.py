@@ -1,10 +1,19 @@
-"""Runner set-up shared by the jobs: the local FnApiRunner with the job's options, and quiet logs."""
+"""Runner set-up shared by the jobs: the local FnApiRunner with the job's options, workers that stop with
+the launcher, and quiet logs."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
-from typing import TYPE_CHECKING
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
@@ -38,9 +47,111 @@ def local_runner(pipeline_options: PipelineOptions) -> FnApiRunner | None:
 
     encoded = JobServiceHandle.encode_pipeline_options(
         pipeline_options.get_all_options(retain_unknown_options=True))
-    return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
+    runner: FnApiRunner = _runner_class()(provision_info=fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(retrieval_token="unused-retrieval-token",
                                              pipeline_options=encoded)))
+    return runner
+
+
+# The module each local worker process runs (its command line names it: `worker_pids` finds them by it).
+WORKER_MODULE = "beam_pipeline.common.worker_process"
+
+
+def worker_command() -> str:
+    """The shell command the local runner starts a worker process with: Beam's own worker main, run by
+    `worker_process` so that it dies with this process; `exec`, so that it is this process's child, not
+    a shell's (dash here kept the shell between them)."""
+    return f"exec {shlex.quote(sys.executable)} -m {WORKER_MODULE} {os.getpid()}"
+
+
+@functools.cache
+def _runner_class() -> type[FnApiRunner]:
+    """Beam's FnApiRunner, starting its worker processes with `worker_command` instead of Beam's own line.
+
+    FnApiRunner.run_pipeline sets its environment from --direct_running_mode just before it runs
+    (`python -m apache_beam.runners.worker.sdk_worker_main` for multi_processing): the worker
+    environment is swapped for ours as it is set, and every other mode is left as Beam sets it.
+    """
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.transforms import environments
+
+    class LocalRunner(fn_runner.FnApiRunner):
+        @property
+        def _default_environment(self) -> Any:
+            return self._environment
+
+        @_default_environment.setter
+        def _default_environment(self, environment: Any) -> None:
+            if isinstance(environment, environments.SubprocessSDKEnvironment):
+                environment = environments.SubprocessSDKEnvironment.from_command_string(worker_command())
+            self._environment = environment
+
+    return LocalRunner
+
+
+def worker_pids(parent: int | None = None) -> list[int]:
+    """The local runner's worker processes that `parent` (default: this process) started; [] off Linux."""
+    parent = os.getpid() if parent is None else parent
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat.rsplit(b")", 1)[1].split()[1]) != parent:
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if WORKER_MODULE.encode() in f.read():
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue  # Gone meanwhile, or not ours to read.
+    return found
+
+
+def stop_workers() -> list[int]:
+    """Kills this process's local worker processes (SIGKILL); returns their pids.
+
+    Their temporary files are what a killed run leaves anyway: the next run of the same
+    command deletes them and resumes.
+    """
+    stopped = []
+    for pid in worker_pids():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            stopped.append(pid)
+    return stopped
+
+
+@contextlib.contextmanager
+def workers_stop_on_interrupt() -> Iterator[None]:
+    """While a pipeline runs: Ctrl-C (SIGINT) kills the worker processes first, then interrupts as before.
+
+    Without it, Beam's runner waited on Ctrl-C for each worker to finish what it held: a worker
+    waiting on a stalled URL (3 attempts of --url_read_timeout) kept the command 30 s, 25.5 s in issue
+    55. Only the main thread can set a handler: elsewhere (a notebook's thread) nothing changes.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or previous in (signal.SIG_IGN, None):
+        yield  # Ctrl-C ignored (`nohup`, a background job), or not ours to handle: as it was.
+        return
+
+    def interrupted(signum: int, frame: FrameType | None) -> None:
+        stop_workers()
+        if callable(previous):
+            previous(signum, frame)
+        else:  # SIG_DFL: the process would end; the launcher's way to end is KeyboardInterrupt (exit 130).
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupted)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def for_io_bound_work(beam_args: list[str]) -> list[str]:

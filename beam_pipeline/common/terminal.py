@@ -58,12 +58,21 @@ def shown(text: str | None, width: int = LABEL_WIDTH) -> str:
     return "".join(kept) + ELLIPSIS
 
 
+def _list_item(text: str, width: int) -> str:
+    """One item of a `shown_list`: `shown`, and in double quotes (a quote inside as \\") when it holds a comma or
+    a quote, is empty, or starts or ends with a space, so that the list reads only one way."""
+    cell = shown(text, width)
+    if "," in text or '"' in text or not text or text != text.strip() or text == ELLIPSIS:
+        return '"' + cell.replace('"', '\\"') + '"'
+    return cell
+
+
 def shown_list(items: list[str], width: int = PATH_WIDTH, item_width: int = 24) -> str:
-    """Stored texts (labels) as one terminal line: each `shown` within `item_width`, as many as fit in `width`,
-    then '...'."""
+    """Stored texts (labels) as one terminal line: each `shown` within `item_width` (quoted when it holds a comma
+    or a quote: `_list_item`), as many as fit in `width`, then '...'."""
     line = ""
     for i, item in enumerate(items):
-        piece = (", " if i else "") + shown(item, item_width)
+        piece = (", " if i else "") + _list_item(item, item_width)
         if len(line) + len(piece) > width - len(", ..."):
             return line + (", ..." if line else ELLIPSIS)
         line += piece

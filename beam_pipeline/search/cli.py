@@ -60,6 +60,11 @@ class SearchError(RuntimeError):
     """The search cannot be made as asked; the message says why in one line."""
 
 
+class SearchRefused(SearchError):
+    """Bad input, refused like a bad flag (exit 2): no table named when several hold embeddings, a table or
+    key that is not there, a key that needs --dataset."""
+
+
 def read_query_image(path, max_file_bytes=None):
     """The bytes of a query image file; SearchError with the job's reason code when it cannot be one."""
     from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
@@ -105,7 +110,8 @@ def thumbnail(path, size=128):
 
 
 def run(argv=None, prog=PROG):
-    """Runs one search; prints the neighbours; returns the exit code (0 found, 1 failed, 2 bad flags)."""
+    """Runs one search; prints the neighbours; returns the exit code (0 found, 1 failed, 2 bad flags or
+    bad input: no table or key to search with)."""
     args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     from beam_pipeline import database
     from beam_pipeline.common.redact import redact
@@ -123,7 +129,10 @@ def run(argv=None, prog=PROG):
         return 1
     try:
         return _search(args, url, query)
-    except (database.DatabaseError, SearchError, LookupError) as error:
+    except (SearchRefused, LookupError) as error:  # LookupError: stored_embedding found no such key (or two).
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 2
+    except (database.DatabaseError, SearchError) as error:
         print(redact(f"error: {error}"), file=sys.stderr)
         return 1
     finally:
@@ -172,15 +181,15 @@ def _search(args, url, query):
     if table is None:
         tables = database.vector_tables(url)
         if len(tables) != 1:
-            raise database.DatabaseError(f"{database.describe(url)} holds {len(tables)} tables of embeddings "
-                                         f"({', '.join(tables) or 'none'}): name one with --table")
+            raise SearchRefused(f"{database.describe(url)} holds {len(tables)} tables of embeddings "
+                                f"({', '.join(tables) or 'none'}): name one with --table")
         table = tables[0]
     with database.connect(url) as connection:
         kind = database.embedding_type(connection, table)
         if kind is None:
             tables = database.vector_tables(url)
-            raise database.DatabaseError(f"no table {table} of embeddings in {database.describe(url)} (tables of "
-                                         f"embeddings there: {', '.join(tables) or 'none'})")
+            raise SearchRefused(f"no table {table} of embeddings in {database.describe(url)} (tables of "
+                                f"embeddings there: {', '.join(tables) or 'none'})")
         if args.key:
             vector, query_path = database.stored_embedding(connection, table, args.key, args.dataset)
         else:

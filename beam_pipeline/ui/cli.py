@@ -150,11 +150,22 @@ def serve(state, host: str, port: int, open_browser: bool) -> int:
     terminal.result(f"UI of {state.job.layout.root} on {url} (Ctrl-C stops it)")
     if open_browser:
         import threading
-        import webbrowser
 
-        threading.Timer(1.0, webbrowser.open, (url,)).start()
+        threading.Timer(1.0, open_in_browser, (url,)).start()
     server.run(sockets=[sock])
     return 0
+
+
+def open_in_browser(url: str) -> None:
+    """Opens `url` in this machine's browser; says so on stderr when there is none (a server, a container)."""
+    import webbrowser
+
+    try:
+        opened = webbrowser.open(url)
+    except webbrowser.Error:
+        opened = False
+    if not opened:
+        terminal.notice(f"--open: no browser found on this machine: open {url} in one that can reach it")
 
 
 def main() -> None:

@@ -175,7 +175,10 @@ def generated_run(folder: str, rows: int, seed: int = 0) -> dict:
     pq.write_table(members, quality_layout.path(quality_layout.DUPLICATE_GROUPS_FILE))
     pq.write_table(flags, quality_layout.path(quality_layout.IMAGE_FLAGS_FILE))
     with open(quality_layout.path(quality_layout.SUMMARY_FILE), "w") as f:
-        json.dump({"images": rows, "near_groups": len(sizes), "flagged_images": len(flagged)}, f)
+        # Shaped as the quality job's: nested figures, and None for what it did not measure (no predictions).
+        json.dump({"images": rows, "near_groups": len(sizes), "flagged_images": len(flagged),
+                   "suspected_label_errors": None, "clean_split": {"rows": rows, "rows_moved": 1},
+                   "thresholds": {"hamming": 8, "embedding_distance": 0.05}}, f)
     with open(quality_layout.manifest_file, "w") as f:
         json.dump({"outputs": {}}, f)
     with open(quality_layout.run_file, "w") as f:

@@ -66,3 +66,11 @@ def test_a_list_of_labels_fits_one_line():
     line = terminal.shown_list(labels)
     assert line.startswith("cat, \\u202exxx") and line.endswith(", ...") and len(line) <= terminal.PATH_WIDTH
     assert terminal.shown_list(["a", "b"]) == "a, b" and terminal.shown_list([]) == ""
+
+
+def test_labels_holding_commas_or_quotes_are_quoted_so_the_list_reads_one_way():
+    one = terminal.shown_list(['coffee, "espresso"', "cat"])
+    three = terminal.shown_list(["coffee", '"espresso"', "cat"])
+    assert one == '"coffee, \\"espresso\\"", cat' and three == 'coffee, "\\"espresso\\"", cat'
+    assert terminal.shown_list(["a", "", " b", "c "]) == 'a, "", " b", "c "'
+    assert terminal.shown_list(["cat", "dog"]) == "cat, dog"  # Plain labels as they are.

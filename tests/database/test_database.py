@@ -219,6 +219,22 @@ def test_search_names_the_dataset_of_each_neighbour_when_a_table_holds_several(p
     assert as_json["neighbours"][0]["label"] == HOSTILE_LABEL
 
 
+def test_a_search_that_names_no_usable_table_or_key_is_a_usage_error(pg, two_datasets):
+    """docs/exit-codes.md: bad input is exit 2, like a bad flag; 1 is for a failed run (the database unreachable)."""
+    import in_process
+
+    database.prepare_table(pg, "another_table", 4, "float32", DATASET)  # Two tables at least: which one?
+    cases = {"name one with --table": ["--key", f"{0:016x}"],
+             "no table nosuch": ["--key", f"{0:016x}", "--table", "nosuch"],
+             "no row with key": ["--key", "0123456789abcdef0", "--table", two_datasets],
+             "choose one with --dataset": ["--key", f"{0:016x}", "--table", two_datasets]}
+    for expected, argv in cases.items():
+        refused = in_process.search("--database", pg, *argv)
+        assert refused.returncode == 2 and expected in refused.stderr, (expected, refused.stderr)
+    unreachable = in_process.search("--database", "postgresql://u@/x?host=/nowhere", "--key", "k")
+    assert unreachable.returncode == 1, unreachable.stderr
+
+
 @pytest.mark.slow  # A real command line in a subprocess, and a real pipe into `head`.
 def test_search_into_head_prints_one_line_and_no_traceback(pg, two_datasets):
     import subprocess

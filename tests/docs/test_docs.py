@@ -62,9 +62,25 @@ def test_the_reference_pages_are_generated_by_the_site_build():
     config = read("mkdocs.yml")
     assert re.search(r"^hooks:\s*\n\s*- docs/hooks/reference\.py", config, flags=re.MULTILINE), "hook not wired"
     hook = reference_hook()
-    for page, (marker, _) in hook.PAGES.items():
+    for page, (_, marker, _) in hook.PAGES.items():
         assert marker in read(os.path.join("docs", page)), f"docs/{page} lost its marker"
         assert page in config, f"docs/{page} is not in mkdocs.yml's nav"
+
+
+def test_the_committed_reference_pages_are_what_the_code_generates():
+    """They are committed, so that GitHub shows them; `python docs/hooks/reference.py --write` rewrites them."""
+    assert reference_hook().stale_pages() == []
+
+
+def test_every_public_name_is_on_the_api_page():
+    import tf_serving_input
+
+    hook, page = reference_hook(), read("docs/api.md")
+    # The names other pages send readers to (csv-and-images.md, reader-and-serving.md) among them.
+    assert {"normalize_images", "read_statistics", "OutputLayout", "make_dataset"} <= set(tf_serving_input.__all__)
+    for name in tf_serving_input.__all__:
+        assert f"::: {hook.defining_module('tf_serving_input', name)}.{name}\n" in page, f"{name} is not on api.md"
+        assert name in dir(tf_serving_input)
 
 
 def test_readme_fits_on_a_few_screens():
@@ -173,3 +189,74 @@ def test_the_scripts_the_docs_run_exist():
     for line in shell_blocks(read("README.md")):
         for script in re.findall(r"(?:^|\s)((?:\./)?scripts/[\w./-]+\.(?:sh|py))", line):
             assert os.path.isfile(os.path.join(REPO_ROOT, script)), f"README.md: {script} does not exist"
+
+
+WRITTEN_BY = ("--output_dir", "--contact_sheet", "--export_dir")
+
+
+def test_the_documented_commands_on_the_sample_write_under_output():
+    """What the docs' commands on the sample write lands in output/ (in .gitignore), not the repository's root."""
+    written = [(page, line, argv[argv.index(flag) + 1]) for page, line, _, argv in documented_command_lines()
+               if "sample" in line for flag in WRITTEN_BY if flag in argv[:-1]]
+    python = [(page, path) for page in ["README.md", *glob.glob("docs/*.md", root_dir=REPO_ROOT)]
+              for path in re.findall(r'export_serving_model\(model, "[^"]*", "([^"]*)"\)', read(page))]
+    assert written and python
+    assert [(page, path) for page, _, path in written if not path.startswith("output/")] == []
+    assert [(page, path) for page, path in python if not path.startswith("output/")] == []
+    assert "output/" in read(".gitignore").split()
+
+
+def _installed(name, extras=()):
+    """{distribution: its extras asked for} that `pip install NAME[EXTRAS]` brings, from the installed metadata."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found, todo = {}, [(name, tuple(extras))]
+    while todo:
+        name, extras = todo.pop()
+        key = canonicalize_name(name)
+        if set(extras) <= set(found.get(key, {""})) and key in found:
+            continue
+        found[key] = set(found.get(key, set())) | set(extras) | {""}
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            requirement = Requirement(text)
+            if requirement.marker is None or any(requirement.marker.evaluate({"extra": extra})
+                                                 for extra in found[key]):
+                todo.append((requirement.name, tuple(requirement.extras)))
+    return set(found)
+
+
+def _console_scripts():
+    """{console script: the distribution that installs it} of everything installed."""
+    from importlib import metadata
+
+    from packaging.utils import canonicalize_name
+
+    return {entry.name: canonicalize_name(entry.dist.name) for entry in metadata.entry_points(group="console_scripts")}
+
+
+def test_a_tool_the_plain_install_lacks_is_named_with_the_extra_that_installs_it():
+    """scripts/run_local.sh installs the project without extras: where the docs run pytest or mkdocs from
+    .venv, the same paragraph (or the one before it) names the extra that installs it."""
+    plain = _installed("beam-image-pipeline")
+    extras = {extra: _installed("beam-image-pipeline", [extra]) - plain for extra in ("test", "docs")}
+    scripts, missing = _console_scripts(), []
+    for page in ["README.md", *sorted(glob.glob("docs/*.md", root_dir=REPO_ROOT))]:
+        paragraphs = re.split(r"\n\s*\n", read(page))
+        for i, paragraph in enumerate(paragraphs):
+            for tool in re.findall(r"\.venv/bin/(?:python -m )?([A-Za-z][\w.-]*)", paragraph):
+                dist = scripts.get(tool)  # `python -m pytest` is pytest's too; our own modules are plain.
+                if tool in ("python", "pip") or dist is None or dist in plain:
+                    continue
+                context = "\n".join(paragraphs[max(i - 1, 0):i + 1])
+                named = [extra for extra, dists in extras.items() if dist in dists and f"[{extra}]" in context]
+                if not named:
+                    missing.append(f"{page}: .venv/bin/{tool} ({dist}) without its extra")
+    assert scripts["pytest"] in extras["test"] and scripts["mkdocs"] in extras["docs"]
+    assert missing == [], "\n".join(missing)

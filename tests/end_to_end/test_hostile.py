@@ -23,10 +23,17 @@ UPRIGHT = imaging.quadrants(48, 64)
 def hostile_files():
     """name -> (bytes, "folder" or None (absent), expected reason code or None when it must be written)."""
     jpeg = imaging.encode(UPRIGHT, "JPEG", quality=95)
+    larger = imaging.encode(imaging.quadrants(120, 160), "JPEG", quality=90)  # Its half holds the whole header.
     rgba = np.dstack([UPRIGHT, np.full(UPRIGHT.shape[:2], 128, np.uint8)])
     files = {
         "zero bytes.jpg": (b"", "empty_file"),
         "truncated.jpg": (jpeg[: len(jpeg) // 3], "truncated"),
+        # libjpeg decodes these two with a grey rest, and only a warning; whole images with grey there are kept.
+        "cut, end marker put back.jpg": (imaging.cut_jpeg(larger, len(larger) // 2), "truncated"),
+        "header claims 12000x8000.jpg": (imaging.jpeg_claiming_size(jpeg, 8000, 12000), "truncated"),
+        "grey band at the bottom.jpg": (imaging.encode(np.vstack([UPRIGHT[:32], imaging.solid(128, 16, 64)]), "JPEG"),
+                                        None),
+        "flat grey.jpg": (imaging.encode(imaging.solid(128, 8, 8), "JPEG"), None),
         "bit flips.jpg": (jpeg[:400] + bytes(b ^ 0x5A for b in jpeg[400:700]) + jpeg[700:], "corrupt"),
         "text.jpg": (b"just some text, not a picture\n", "not_an_image"),
         "page.jpg": (b"<!DOCTYPE html><html><body>Not Found</body></html>", "not_an_image"),

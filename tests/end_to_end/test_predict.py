@@ -254,7 +254,7 @@ def test_search_finds_the_only_table_without_being_told_and_asks_when_there_are_
     assert found.returncode == 0 and " in only_one " in found.stdout.splitlines()[0], found.stderr[-2000:]
     assert predict(*load, "--table", "second_one").returncode == 0
     ambiguous = run("beam_pipeline.search", *search)
-    assert ambiguous.returncode == 1 and "holds 2 tables of embeddings (only_one, second_one)" in ambiguous.stderr
+    assert ambiguous.returncode == 2 and "holds 2 tables of embeddings (only_one, second_one)" in ambiguous.stderr
 
 
 def test_exports_that_cannot_serve_the_input_are_refused_before_any_work(sample_job, model_and_export, tmp_path):

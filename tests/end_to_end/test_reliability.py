@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -15,10 +16,30 @@ import outputs
 import said
 from tf_serving_input.layout import OutputLayout
 
+# While set, the dataset's URL row is held unanswered (a worker waiting on a stalled server); else answered.
+HOLD = threading.Event()
+RELEASE = threading.Event()
+HELD_PATH = "/held.jpg"
+
 
 def job_command(csv_path, out, *extra):
+    # Timeouts long enough that a worker waiting on the held URL row holds its process for minutes.
     return [sys.executable, "-m", "beam_pipeline", "--input_csv", str(csv_path), "--output_dir", str(out),
-            "--max_error_rate", "0.5", *extra] + ([] if "--image_size" in extra else ["--image_size", "32"])
+            "--max_error_rate", "0.5", "--url_allow_private", "--url_read_timeout", "600", "--url_timeout", "600",
+            *extra] + ([] if "--image_size" in extra else ["--image_size", "32"])
+
+
+def held_unless_released(data):
+    """The loopback behaviour of the URL row: held while HOLD is set (until RELEASE), then the image."""
+    import http_server
+
+    answer = http_server.image(data)
+
+    def behave(handler, number):
+        if HOLD.is_set():
+            RELEASE.wait(600)
+        answer(handler, number)
+    return behave
 
 
 def run_job(csv_path, out, *extra):
@@ -34,8 +55,8 @@ def run_job_here(csv_path, out, *extra):
 
 
 @pytest.fixture(scope="module")
-def big_dataset(tmp_path_factory):
-    """48 images of ~1600x1200, a missing file and a duplicate row, in train and validation."""
+def big_dataset(tmp_path_factory, loopback):
+    """48 images of ~1600x1200, a missing file, a duplicate row and a URL row, in train and validation."""
     folder = tmp_path_factory.mktemp("big")
     rng = np.random.default_rng(5)
     rows = []
@@ -44,6 +65,8 @@ def big_dataset(tmp_path_factory):
         (folder / name).write_bytes(imaging.encode(imaging.photo_like(rng, 1200, 1600), "JPEG", quality=90))
         rows.append([name, "xyz"[i % 3], "validation" if i % 6 == 0 else "train"])
     rows += [["absent.jpg", "x", "train"], ["photo 1.jpg", "y", "train"]]
+    loopback.route(HELD_PATH, held_unless_released(imaging.encode(imaging.photo_like(rng, 60, 80), "JPEG")))
+    rows.append([loopback.url(HELD_PATH), "x", "train"])
     imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)
     return folder / "in.csv"
 
@@ -55,26 +78,68 @@ def uninterrupted(big_dataset, tmp_path_factory):
     return out
 
 
-def signal_mid_run(command, out, signum, **popen):
-    """Starts the job in a process group of its own; sends `signum` to the group once a first shard is done."""
+def signal_mid_run(command, out, signum, until=lambda: True, **popen):
+    """Starts the job in a process group of its own; once a first shard is done (and `until()`), sends `signum`
+    to the launcher alone; returns (the process, its worker processes' pids then)."""
     process = subprocess.Popen(command, start_new_session=True, **popen)
     status_dir = out / OutputLayout.STATUS_DIR
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
-        if status_dir.exists() and list(status_dir.glob("*.json")):
+        if status_dir.exists() and list(status_dir.glob("*.json")) and until():
             break
         time.sleep(0.01)
-    os.killpg(process.pid, signum)
-    return process
+    workers = descendants(process.pid)
+    os.kill(process.pid, signum)
+    return process, workers
 
 
-def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, uninterrupted, tmp_path):
+def descendants(pid):
+    """The processes below `pid` (its worker processes, and any shell between), from /proc."""
+    children = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        except OSError:
+            continue
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
+        found += below
+        pending += below
+    return found
+
+
+def assert_gone(pids, bound=60.0):
+    """Each process is gone within `bound` seconds of the launcher's end (a bound for a loaded machine)."""
+    deadline = time.monotonic() + bound
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [pid for pid in left if os.path.exists(f"/proc/{pid}")
+                and open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        time.sleep(0.05)
+    assert not left, f"worker processes {left} outlived the launcher"
+
+
+def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, uninterrupted, loopback, tmp_path):
     out = tmp_path / "out"
-    # Ctrl-C in a terminal: SIGINT to the launcher and its worker processes (one process group).
-    process = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGINT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    stdout, stderr = process.communicate(timeout=120)
+    # SIGINT to the launcher alone (`kill -INT`; Ctrl-C in a terminal reaches its workers too), while a worker
+    # waits on a URL its server holds: the launcher stops its workers instead of waiting minutes for them.
+    HOLD.set()
+    try:
+        process, workers = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGINT,
+                                          until=lambda: loopback.requests(HELD_PATH) > 0,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            stdout, stderr = process.communicate(timeout=120)  # A bound: without the stop, 600 s of timeouts.
+        finally:
+            process.kill()
+    finally:
+        HOLD.clear()
+        RELEASE.set()
     assert process.returncode == 130, stderr[-3000:]
+    assert workers and loopback.requests(HELD_PATH) > 0
+    assert_gone(workers)
     # One line, not the gRPC tracebacks of the runner's threads as its workers stop; no summary.
     assert said.problems(stderr) == ["interrupted"] and "Traceback" not in stderr, stderr[-3000:]
     assert stdout == "" and not (out / OutputLayout.MANIFEST_FILE).exists() and not (out / ".lock").exists()
@@ -85,10 +150,12 @@ def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, u
 
 def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_path):
     out = tmp_path / "out"
-    # The launcher and its worker processes, mid-run.
-    process = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGKILL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The launcher alone, mid-run: its worker processes die with it.
+    process, workers = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGKILL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     process.wait()
+    assert workers
+    assert_gone(workers)
     status_dir = out / OutputLayout.STATUS_DIR
     finished = list(status_dir.glob("*.json"))
     assert 0 < len(finished) < 24, "the run was not interrupted part-way"
@@ -115,7 +182,7 @@ def test_output_is_deterministic_whatever_the_worker_count(big_dataset, uninterr
     assert outputs.keys_by_shard(out) == outputs.keys_by_shard(uninterrupted)
     first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
     assert first["statistics"] == second["statistics"]  # Bit-identical mean, std and vocabulary.
-    assert first["failed"] == 1 and first["written"] == 49  # The duplicate row is written twice.
+    assert first["failed"] == 1 and first["written"] == 50  # The duplicate row is written twice.
 
 
 def test_overwrite_replaces_output_of_another_configuration(big_dataset, tmp_path):

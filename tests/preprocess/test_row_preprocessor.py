@@ -39,6 +39,8 @@ EXPECTED_FAILURES = {
     "folder": failures.IS_A_DIRECTORY,
     "": failures.FILE_NOT_FOUND,
     "big.bmp": failures.TOO_LARGE_FILE,
+    "cut, end marker put back.jpg": failures.TRUNCATED,
+    "claims 5000x5000.jpg": failures.TRUNCATED,
 }
 
 
@@ -57,6 +59,11 @@ def hostile_rows(tmp_path, sample_photos):
         ("", None, "b"),
         ("big.bmp", imaging.encode(np.zeros((200, 200, 3), np.uint8), "BMP"), "b"),
         ("unlabeled.webp", imaging.encode(imaging.quadrants(), "WEBP"), ""),
+        # libjpeg decodes these two with a grey rest (only a warning); a whole image with grey there is kept.
+        ("cut, end marker put back.jpg", imaging.cut_jpeg(GOOD_JPEG, len(GOOD_JPEG) // 2), "a"),
+        ("claims 5000x5000.jpg", imaging.jpeg_claiming_size(GOOD_JPEG, 5000, 5000), "a"),
+        ("grey band.jpg", imaging.encode(np.vstack([imaging.quadrants(40, 90), imaging.solid(128, 20, 90)]), "JPEG"),
+         "b"),
     ]
     with open(sample_photos[0][0], "rb") as f:
         files.append(("photo.jpg", f.read(), sample_photos[0][1]))
@@ -77,6 +84,7 @@ def test_good_and_bad_rows_in_order_with_reason_codes(tmp_path, sample_photos, r
     assert failed["scan.tif"].detail.startswith("TIFF is not supported")
     assert failed["huge.png"].detail == "60000x60000 is more than max_pixels=100000000"
     assert failed["truncated.jpg"].detail.startswith("JPEG data could not be decoded")
+    assert failed["cut, end marker put back.jpg"].detail.startswith("JPEG scan data ends before the image does")
     for row, outcome in outcomes:
         if isinstance(outcome, Written):
             image, parsed = parse_record(outcome.record, config, **{

@@ -391,3 +391,95 @@ def test_pixel_moments_are_exact_int64_sums(height, width):
     pixels = image.reshape(-1, 3).astype(np.int64)
     expected = [*pixels.sum(0), *(pixels * pixels).sum(0), height * width]
     assert pixel_moments(tf.constant(image)).numpy().tolist() == expected
+
+
+def _scan_cut_short_jpegs():
+    """name -> JPEG bytes whose scan ends early: libjpeg decodes each with a grey rest, and only a warning."""
+    photo = imaging.photo_like(np.random.default_rng(5), 96, 128)
+    baseline = imaging.encode(photo, "JPEG", quality=90)
+    progressive = imaging.encode(photo, "JPEG", quality=90, progressive=True)
+    first_scan, second_scan = imaging.scan_starts(progressive)[:2]
+    restarts = imaging.encode(photo, "JPEG", quality=90, restart_marker_blocks=2)
+    after_marker = max(restarts.rfind(bytes([0xFF, marker]), 0, len(restarts) // 2) for marker in range(0xD0, 0xD8))
+    gray = imaging.encode(photo[..., 0], "JPEG", quality=90)
+    full_chroma = imaging.encode(photo, "JPEG", quality=90, subsampling=0)
+    turned = imaging.exif_jpeg(photo, 6, quality=90)
+    small = imaging.encode(photo[:32, :32], "JPEG", quality=90)
+    return {
+        "baseline cut at half": imaging.cut_jpeg(baseline, len(baseline) // 2),
+        "progressive cut in its first scan": imaging.cut_jpeg(progressive, (first_scan + second_scan) // 2),
+        "restart markers, cut at half": imaging.cut_jpeg(restarts, len(restarts) // 2),
+        "restart markers, cut just after one": imaging.cut_jpeg(restarts, after_marker + 2),
+        "grayscale cut at half": imaging.cut_jpeg(gray, len(gray) // 2),
+        "4:4:4 cut at 90%": imaging.cut_jpeg(full_chroma, len(full_chroma) * 9 // 10),
+        "EXIF-turned cut at half": imaging.cut_jpeg(turned, len(turned) // 2),
+        "header claiming 5000x5000": imaging.jpeg_claiming_size(small, 5000, 5000),
+        "header claiming 12000x8000": imaging.jpeg_claiming_size(small, 8000, 12000),
+        # A progressive decode holds every coefficient whatever the scale: 2000x3000 keeps it small.
+        "progressive, header claiming 3000x2000": imaging.jpeg_claiming_size(
+            imaging.encode(photo[:32, :32], "JPEG", quality=90, progressive=True), 2000, 3000),
+    }
+
+
+SCAN_CUT_SHORT = _scan_cut_short_jpegs()
+# test_resize_modes' config (traced once for both): 96x128 photos shrink on load to 1/4, the large claims to 1/8.
+SHRINKING = PreprocessConfig(image_size=20, resize_mode="center_crop")
+
+
+def _everyday_or_slow(names, everyday):
+    """`names` as parameters, those not in `everyday` run with the slow tests (CI): ~1 s a case."""
+    return [name if name in everyday else pytest.param(name, marks=pytest.mark.slow) for name in sorted(names)]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", _everyday_or_slow(SCAN_CUT_SHORT, {
+    "baseline cut at half", "progressive cut in its first scan", "restart markers, cut just after one",
+    "header claiming 12000x8000"}))
+def test_a_jpeg_whose_scan_ends_early_is_refused_as_truncated_not_decoded_grey(name, mode):
+    data = SCAN_CUT_SHORT[name]
+    # The premise: the plain decode op accepts the bytes and fills the rest with grey.
+    assert (tf.io.decode_jpeg(data, channels=3, ratio=8)[-1, -1].numpy() == 128).all()
+    large = "claiming" in name  # Decoded shrunk on load only (a full decode would be 75-288 MB of grey).
+    functions = [preprocess_with(SHRINKING)] + ([] if large else [pp.decode_image])
+    for fn in functions:
+        with pytest.raises(tf.errors.InvalidArgumentError) as caught:
+            run_op(fn, data, mode)
+        # The job's decode-failure path and the serving path name it alike.
+        for failure in (failures.describe_decode_failure(data, caught.value),
+                        failures.from_serving_error(data, caught.value)):
+            assert failure.reason == failures.TRUNCATED, (name, failure)
+            assert failure.detail.startswith("JPEG scan data ends before the image does"), (name, failure)
+
+
+def _grey_but_whole_jpegs():
+    """name -> whole JPEGs whose last pixels are exactly grey (128, 128, 128): they must decode as they are."""
+    banded = imaging.photo_like(np.random.default_rng(6), 96, 128)
+    banded[64:] = 128
+    return {
+        "a 128 band at the bottom": imaging.encode(banded, "JPEG", quality=90),
+        "progressive, a 128 band": imaging.encode(banded, "JPEG", quality=90, progressive=True),
+        "restart markers, a 128 band": imaging.encode(banded, "JPEG", quality=90, restart_marker_blocks=2),
+        "4:4:4, a 128 band": imaging.encode(banded, "JPEG", quality=90, subsampling=0),
+        "grayscale, a 128 band": imaging.encode(banded[..., 0], "JPEG", quality=90),
+        "EXIF-turned, a 128 band": imaging.exif_jpeg(banded, 6, quality=90),
+        "one grey pixel": imaging.encode(imaging.solid(128, 1, 1), "JPEG"),
+        "flat grey 16x16": imaging.encode(imaging.solid(128, 16, 16), "JPEG"),
+        "flat grey 17x9, progressive": imaging.encode(imaging.solid(128, 17, 9), "JPEG", progressive=True),
+        "flat grey 8x8 grayscale": imaging.encode(imaging.solid(128, 8, 8)[..., 0], "JPEG"),
+    }
+
+
+GREY_BUT_WHOLE = _grey_but_whole_jpegs()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", _everyday_or_slow(GREY_BUT_WHOLE, {
+    "a 128 band at the bottom", "progressive, a 128 band", "one grey pixel"}))
+def test_a_whole_jpeg_with_exact_grey_is_decoded_as_it_is(name, mode):
+    data = GREY_BUT_WHOLE[name]
+    stored = tf.io.decode_jpeg(data, channels=3).numpy()
+    assert (stored[-1, -1] == 128).all()  # The check looks at these: it must let them through.
+    decoded = run_op(pp.decode_image, data, mode)
+    if "EXIF" not in name:
+        assert decoded.tobytes() == stored.tobytes(), name
+    assert run_op(preprocess_with(SHRINKING), data, mode).shape == (20, 20, 3)

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import imaging
 import outputs
 import serving_loaders
-from tf_serving_input import export_serving_model
+from tf_serving_input import export_serving_model, failures
 from tf_serving_input.normalization import read_statistics
 from tf_serving_input.serving import rest_instances_to_inputs, rest_request_body
 
@@ -57,6 +58,12 @@ def test_export_signatures_inputs_and_outputs(tiny_job, classifier_export, loade
 
     with pytest.raises(tf.errors.InvalidArgumentError, match="not_an_image"):
         serve(image_bytes=[b"this is not an image"])
+    # A JPEG whose scan ends early (libjpeg would decode it grey) is refused as the job refuses it.
+    good = imaging.encode(imaging.quadrants(120, 160), "JPEG", quality=90)
+    cut = imaging.cut_jpeg(good, len(good) // 2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="truncated: JPEG scan data ends") as caught:
+        serve(image_bytes=[cut])
+    assert failures.from_serving_error(cut, caught.value).reason == failures.TRUNCATED
     serve.close()
 
 

@@ -121,3 +121,19 @@ def test_the_form_s_empty_fields_mean_no_filter(big):
     response = client.get("/gallery", params={"split": "", "label": LABELS[0], "reason": "", "flag": "",
                                               "group": ""})
     assert count(response) == expected["label_" + LABELS[0]]
+
+
+def test_the_quality_summary_reads_as_text_not_python(big):
+    client, _, _ = big
+    table = re.search(r'<table id="quality_summary">(.*?)</table>', client.get("/quality").text, re.S).group(1)
+    assert "<td>rows 100,000, rows moved 1</td>" in table and "<td>hamming 8, embedding distance 0.05</td>" in table
+    assert "<th>suspected label errors</th><td>—</td>" in table  # None: not measured.
+    assert not re.search(r"None|\{|&#39;|\[", table), table
+
+
+def test_a_summary_field_of_any_shape_reads_as_text():
+    from beam_pipeline.ui.visible import readable
+
+    refused = {"refused": True, "why": ["validation emptied"], "moved_by_split": {"validation": 64}, "ratio": 0.5}
+    assert readable(refused) == "refused yes, why (validation emptied), moved by split (validation 64), ratio 0.5"
+    assert (readable([]), readable({}), readable(None), readable("a_b")) == ("none", "none", "\u2014", "a_b")
