@@ -244,14 +244,16 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     if not _SPLIT_NAME.match(split):
         raise CsvError(f"{csv_path}: line {line}: split '{terminal.shown(split)}' is not a valid split name "
                        "(letters, digits, '_' and '-' only)")
-    label = cell(label_at)
+    # As split cells are: 'cat ' and ' cat' are the class 'cat', and a blank cell is unlabeled, not a class.
+    # Stripped first, so that a line break at a label's edge ("cat\n", a stray CR) goes with the other
+    # whitespace (str.strip takes every breaker but NUL) instead of refusing the whole CSV.
+    label = cell(label_at).strip()
     bad = next((char for char in label if char in _LABEL_BREAKERS), None)
     if bad is not None:
+        why = ("the database's text cannot hold NUL" if bad == "\x00"
+               else "the statistics' vocabulary is one label per line")
         raise CsvError(f"{csv_path}: line {line}: label '{terminal.shown(label)}' holds {_LABEL_BREAKERS[bad]}, "
-                       "which a label cannot hold (the statistics' vocabulary is one label per line, and the "
-                       "database's text cannot hold NUL): remove it")
-    # As split cells are: 'cat ' and ' cat' are the class 'cat', and a blank cell is unlabeled, not a class.
-    label = label.strip()
+                       f"which a label cannot hold ({why}): remove it")
     source = cell(path_at)
     fetch_url = ""
     if urls.is_http_url(source):

@@ -87,7 +87,7 @@ def test_auto_num_shards_depends_on_rows_only():
 
 
 @pytest.mark.parametrize("label, named", [("c\x00t", "a NUL byte"), ("two\nlines", "a line break"),
-                                          ("cr\r", "a carriage return"), ("u\u2028v", "a line separator")])
+                                          ("c\rr", "a carriage return"), ("u\u2028v", "a line separator")])
 def test_a_label_no_vocabulary_or_database_can_hold_is_refused_with_its_line(tmp_path, label, named):
     # Quoted, so the CSV itself is well-formed: the label is what cannot be used.
     csv_path = write(tmp_path, 'path,label\na.jpg,ok\n"b.jpg","' + label + '"\n')
@@ -123,3 +123,11 @@ def test_a_rows_key_does_not_depend_on_its_label(tmp_path):
     spaced = [row.key for row in source.iter_rows(write(tmp_path, "path,label\na.jpg, cat \nb.jpg,   \n", "s.csv"))]
     plain = [row.key for row in source.iter_rows(write(tmp_path, "path,label\na.jpg,cat\nb.jpg,\n", "p.csv"))]
     assert spaced == plain
+
+
+def test_a_line_break_at_a_labels_edge_is_stripped_with_the_other_whitespace(tmp_path):
+    # The hostile trial: 'cat\n' (a spreadsheet's stray line end) refused the whole CSV, while 'cat ' was stripped.
+    csv_path = write(tmp_path, 'path,label\na.jpg,"cat\n"\nb.jpg,"dog\r"\nc.jpg,"\r\n"\nd.jpg,"\u2028x\u2029"\n')
+    assert [row.label for row in source.iter_rows(csv_path)] == ["cat", "dog", "", "x"]
+    summary = source.summarize_csv(csv_path)
+    assert (summary.labels_stripped, summary.labels_blank) == (3, 1)
