@@ -63,7 +63,10 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
     if database_value is None:
         return state, resources
     try:
-        url, resources.server = database.resolve(database_value, args.database_dir)
+        try:  # The UI only reads: a --database_dir holding no database is refused, and nothing is created there.
+            url, resources.server = database.resolve(database_value, args.database_dir, create=False)
+        except database.NoDatabase as error:
+            raise RunRefused(str(error)) from None
         table = _table(args, state.predict, url)
         resources.pool = database.open_pool(url, max_size=POOL_SIZE)
         datasets = _datasets(resources.pool, table)
