@@ -193,6 +193,9 @@ def _search(args, url, query):
             tables = database.vector_tables(url)
             raise SearchRefused(f"no table {table} of embeddings in {database.describe(url)} (tables of "
                                 f"embeddings there: {', '.join(tables) or 'none'})")
+        missing = database.missing_columns(connection, table)
+        if missing:
+            raise SearchRefused(database.not_predictions_table(table, missing))
         if args.key:
             vector, query_path = database.stored_embedding(connection, table, args.key, args.dataset)
         else:

@@ -179,6 +179,10 @@ def _table(args: Any, predict: PredictRun | None, url: str) -> str:
                                f"({', '.join(tables) or 'none'}): name one with --table")
         return tables[0]
     if table not in tables:
+        with database.connect(url) as connection:  # Embeddings, but not what the predict job made: bad input.
+            missing = database.missing_columns(connection, table)
+            if missing and database.embedding_type(connection, table) is not None:
+                raise RunRefused(database.not_predictions_table(table, missing))
         raise StartupError(f"no table {table} of embeddings in {database.describe(url)} (tables of embeddings "
                            f"there: {', '.join(tables) or 'none'})")
     return table
