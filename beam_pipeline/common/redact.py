@@ -78,11 +78,23 @@ def redact_url(url: str) -> str:
     if clean and password is not None:
         userinfo, _, hostport = parts.netloc.rpartition("@")
         user = userinfo.partition(":")[0]
-        return redact(urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}")))
+        head = f"{parts.scheme}://{user}:{MASK}@{hostport}"
+        tail = urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}"))[len(head):]
+        return redact(head + _masked_everywhere(tail, password))
     unclear = _UNCLEAR_USERINFO.match(url)
     if unclear and (not clean or "@" not in parts.netloc):
         return redact(f"{unclear.group('head')}{MASK}@{url[unclear.end():]}")
     return redact(url)
+
+
+def _masked_everywhere(text: str, password: str) -> str:
+    """`text` (a URL's path, query and fragment) with every occurrence of `password` masked: as written, decoded
+    and encoded, as `redact` masks a registered secret (so one of under 3 characters is left, as there)."""
+    forms = {password, urllib.parse.unquote(password), urllib.parse.quote(urllib.parse.unquote(password), safe="")}
+    for secret in sorted(forms, key=len, reverse=True):
+        if len(secret) >= 3:
+            text = text.replace(secret, MASK)
+    return text
 
 
 # scheme://user: ... @ up to the last '@' of the text (greedy): a password a URL parser cannot delimit.

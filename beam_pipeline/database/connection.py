@@ -18,6 +18,11 @@ class DatabaseError(RuntimeError):
     """The database cannot be used as asked; the message names the target (never a password)."""
 
 
+class NoDatabase(DatabaseError):
+    """A command that only reads was pointed at an embedded data folder that holds no database: bad input (exit 2),
+    refused before anything is created there."""
+
+
 def describe(url):
     """A database URL without its password, for messages."""
     if not url.startswith(("postgresql://", "postgres://")):
@@ -73,16 +78,18 @@ def connect(url):
     return connection
 
 
-def resolve(database, database_dir):
+def resolve(database, database_dir, create=True):
     """(url, EmbeddedServer or None) for a --database value; starts (or joins) the embedded server when asked.
 
+    `create=False` for a command that only reads (search, the UI): a --database_dir that is missing or holds no
+    database raises NoDatabase and nothing is made there (a typo must not leave a 39 MB empty cluster).
     An EmbeddedServer returned holds a lease: call its `release()` when done.
     """
     if database == EMBEDDED:
         from beam_pipeline.database.server import EmbeddedServer, default_database_dir
 
         server = EmbeddedServer(database_dir or default_database_dir())
-        return server.start(), server
+        return server.start(create=create), server
     problem = database_flag_problem(database, allow_none=False)
     if problem:
         raise DatabaseError(problem)

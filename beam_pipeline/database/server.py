@@ -49,7 +49,7 @@ import sys
 import tempfile
 import urllib.parse
 
-from beam_pipeline.database.connection import DatabaseError
+from beam_pipeline.database.connection import DatabaseError, NoDatabase
 
 SOCKET_NAME = ".s.PGSQL.5432"
 MAX_SOCKET_PATH = 107  # sun_path holds 108 bytes, with the terminating NUL.
@@ -206,9 +206,14 @@ class EmbeddedServer:
                             f"{words[-1] if words else f'exit {returncode}'}{hint} "
                             f"(its log: {os.path.join(self.data_dir, 'log')})")
 
+    def holds_database(self):
+        """Whether the data folder holds a database cluster (initdb has run there)."""
+        return os.path.isfile(os.path.join(self.data_dir, "PG_VERSION"))
+
     def _initdb_if_needed(self):
-        if os.path.exists(os.path.join(self.data_dir, "PG_VERSION")):
+        if self.holds_database():
             return
+        self.notices.append(f"created a new, empty database in {self.data_dir}")
         self._run("initdb", "--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres",
                   "-D", self.data_dir)
 
@@ -268,12 +273,17 @@ class EmbeddedServer:
             os.close(descriptor)  # Closing drops the probe's lock.
 
     # ------------------------------------------------------------------ what runs and commands call
-    def start(self, keep_running=False):
+    def start(self, keep_running=False, create=True):
         """Starts the server, or joins it if it runs, and holds a lease until `release`; returns its URL.
 
         `keep_running`: the server stays up after the last run (the `start` command); otherwise a
         server this call starts is stopped by the last run that releases it.
+        `create=False` (commands that only read): NoDatabase, and nothing made, when the folder holds no database.
         """
+        if not create and not self.holds_database():
+            state = "holds no database" if os.path.isdir(self.data_dir) else "does not exist"
+            raise NoDatabase(f"--database_dir {self.data_dir} {state}: nothing to read (the predict job's "
+                             "--database embedded makes and loads one; nothing was created here)")
         self._prepare_folders()
         self._take_lease()
         try:
@@ -389,6 +399,8 @@ def run(argv=None, prog=PROG):
             output = server.start(keep_running=True)
         else:
             url = server.start()
+            for notice in server.notices:  # Before psql takes the terminal (a folder it just created, ...).
+                print(f"notice: {notice}", file=sys.stderr)
             try:
                 code = subprocess.call([server.psql(), url, *psql_args])
                 return 128 - code if code < 0 else code  # Killed by a signal (SIGPIPE: 141), as a shell says.

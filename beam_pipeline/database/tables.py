@@ -281,12 +281,36 @@ def count_rows(url, table, dataset_id=None):
             sql.Identifier(table)), (dataset_id,)).fetchone()[0]
 
 
+# The columns a search reads from a predictions table, besides its `embedding` (`neighbours.py`, `stored.py`).
+SEARCHED_COLUMNS = ("dataset", "key", "source", "path", "label")
+
+
+def missing_columns(connection, table):
+    """The columns a search reads that `table` lacks: none for a table the predict job made (`table_columns`).
+
+    A table that merely has an `embedding` column (made by hand, or by another program) is not one to search:
+    its search would fail on the first column it lacks.
+    """
+    found = {name for (name,) in connection.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(quote_ident(%s)) AND attnum > 0 "
+        "AND NOT attisdropped", (table,))}
+    return [name for name in SEARCHED_COLUMNS if name not in found]
+
+
+def not_predictions_table(table, missing):
+    """The one line that refuses searching `table`, which lacks the `missing` columns."""
+    return (f"table {table} has embeddings but is not a predictions table (no column {', '.join(missing)}): name a "
+            "table the predict job loaded")
+
+
 def vector_tables(url):
-    """Tables holding an 'embedding' column of one of the embedding types (vector, halfvec)."""
+    """Predictions tables: an 'embedding' column of one of the embedding types (vector, halfvec), and every
+    column a search reads (`SEARCHED_COLUMNS`)."""
     pattern = "^(" + "|".join(kind.pgvector for kind in EMBEDDING_TYPES.values()) + ")\\("
     with connect(url) as connection:
-        return [name for (name,) in connection.execute(
+        names = [name for (name,) in connection.execute(
             "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE a.attname = 'embedding' AND c.relkind = 'r' AND n.nspname = current_schema() "
             "AND format_type(a.atttypid, a.atttypmod) ~ %s ORDER BY 1", (pattern,))]
+        return [name for name in names if not missing_columns(connection, name)]

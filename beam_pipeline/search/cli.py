@@ -123,7 +123,10 @@ def run(argv=None, prog=PROG):
 
     try:
         query = read_query_image(args.image, args.max_file_bytes) if args.image else None
-        url, server = database.resolve(args.database, args.database_dir)
+        url, server = database.resolve(args.database, args.database_dir, create=False)
+    except database.NoDatabase as error:  # A mistyped --database_dir: bad input, and nothing was created.
+        print(redact(f"error: {error}"), file=sys.stderr)
+        return 2
     except (database.DatabaseError, SearchError) as error:
         print(redact(f"error: {error}"), file=sys.stderr)
         return 1
@@ -190,6 +193,9 @@ def _search(args, url, query):
             tables = database.vector_tables(url)
             raise SearchRefused(f"no table {table} of embeddings in {database.describe(url)} (tables of "
                                 f"embeddings there: {', '.join(tables) or 'none'})")
+        missing = database.missing_columns(connection, table)
+        if missing:
+            raise SearchRefused(database.not_predictions_table(table, missing))
         if args.key:
             vector, query_path = database.stored_embedding(connection, table, args.key, args.dataset)
         else:

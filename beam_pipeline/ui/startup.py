@@ -63,7 +63,10 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
     if database_value is None:
         return state, resources
     try:
-        url, resources.server = database.resolve(database_value, args.database_dir)
+        try:  # The UI only reads: a --database_dir holding no database is refused, and nothing is created there.
+            url, resources.server = database.resolve(database_value, args.database_dir, create=False)
+        except database.NoDatabase as error:
+            raise RunRefused(str(error)) from None
         table = _table(args, state.predict, url)
         resources.pool = database.open_pool(url, max_size=POOL_SIZE)
         datasets = _datasets(resources.pool, table)
@@ -176,6 +179,10 @@ def _table(args: Any, predict: PredictRun | None, url: str) -> str:
                                f"({', '.join(tables) or 'none'}): name one with --table")
         return tables[0]
     if table not in tables:
+        with database.connect(url) as connection:  # Embeddings, but not what the predict job made: bad input.
+            missing = database.missing_columns(connection, table)
+            if missing and database.embedding_type(connection, table) is not None:
+                raise RunRefused(database.not_predictions_table(table, missing))
         raise StartupError(f"no table {table} of embeddings in {database.describe(url)} (tables of embeddings "
                            f"there: {', '.join(tables) or 'none'})")
     return table

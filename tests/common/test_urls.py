@@ -107,3 +107,25 @@ def test_retry_after_seconds_dates_and_junk():
     later = email.utils.formatdate(1_000_030, usegmt=True)
     assert urls.retry_after_seconds(later, now=1_000_000) == pytest.approx(30, abs=1)
     assert urls.retry_after_seconds(email.utils.formatdate(10, usegmt=True), now=1_000_000) == 0.0
+
+
+@pytest.mark.parametrize("url, shown", [
+    ("http://user:secret@127.0.0.1:8/e404/pw.jpg?token=secret", "http://user:***@127.0.0.1:8/e404/pw.jpg?token=***"),
+    ("http://user:secret@127.0.0.1:8/pw.jpg#secret", "http://user:***@127.0.0.1:8/pw.jpg#***"),
+    ("http://user:secret@127.0.0.1:8/secret/pw.jpg", "http://user:***@127.0.0.1:8/***/pw.jpg"),
+    ("http://user:s%40cret@h/a.jpg?t=s@cret&u=s%40cret", "http://user:***@h/a.jpg?t=***&u=***"),
+    ("http://user:pw@h/pw/a.jpg", "http://user:***@h/pw/a.jpg"),  # Under 3 characters: as `redact` leaves it.
+])
+def test_a_password_repeated_elsewhere_in_the_url_is_masked_everywhere(url, shown):
+    assert redact_url(url) == shown
+
+
+def test_a_url_row_shows_its_url_without_the_password_anywhere_and_fetches_the_real_one(tmp_path):
+    from beam_pipeline.common.rows import iter_rows
+
+    url = "http://user:secret@127.0.0.1:8/secret/pw.jpg?token=secret#secret"
+    csv = tmp_path / "rows.csv"
+    csv.write_text(f"path,label\n{url},cat\n")
+    (row,) = iter_rows(str(csv))
+    assert "secret" not in row.source and "secret" not in row.path, row
+    assert row.fetch_url == url

@@ -246,3 +246,18 @@ def test_search_into_head_prints_one_line_and_no_traceback(pg, two_datasets):
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
     assert result.stdout.startswith("1000 nearest to") and result.stdout.count("\n") == 1
     assert result.stderr == "" and result.returncode == 141  # Ended by the closed pipe, as `cat` would be.
+
+
+def test_a_search_in_a_table_the_predict_job_did_not_make_is_a_usage_error(pg):
+    """A table with an `embedding` column but none of the predictions table's others: one line, exit 2."""
+    import in_process
+
+    with database.connect(pg) as connection:
+        connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        connection.execute("CREATE TABLE not_predictions (key text, embedding vector(3))")
+        connection.execute("INSERT INTO not_predictions VALUES ('x', '[1,0,0]')")
+        connection.commit()
+    for argv in (["--key", "x"], ["--key", "x", "--exact"]):
+        refused = in_process.search("--database", pg, "--table", "not_predictions", *argv)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and "not_predictions" in refused.stderr, refused.stderr

@@ -197,3 +197,19 @@ def test_db_psql_into_a_closed_pipe_exits_141_as_the_shell_says(tmp_path, server
                "-c 'SELECT generate_series(1, 200000)' | head -1")
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
     assert result.returncode == 141, (result.returncode, result.stderr[-2000:])  # psql's -13 was exit 243.
+
+
+def test_a_read_only_command_refuses_a_missing_or_empty_database_folder_and_creates_nothing(tmp_path):
+    """search (and the UI, through `resolve(create=False)`) only read: a mistyped --database_dir is one line,
+    exit 2, and no 39 MB empty cluster appears where the typo pointed."""
+    import in_process
+
+    missing, empty = tmp_path / "nodb", tmp_path / "empty"
+    empty.mkdir()
+    for folder in (missing, empty):
+        refused = in_process.search("--key", "x", "--database_dir", folder)
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1 and f"--database_dir {folder}" in refused.stderr, refused.stderr
+        with pytest.raises(database.NoDatabase):
+            database.resolve(database.EMBEDDED, str(folder), create=False)
+    assert not missing.exists() and list(empty.iterdir()) == []

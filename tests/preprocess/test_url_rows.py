@@ -82,6 +82,9 @@ def test_every_url_row_is_written_or_failed_with_its_reason(loopback, images, tm
         loopback.route("/mix/short.jpg", serve.short_body(data["a.jpg"])): failures.CONNECTION_FAILED,
         loopback.route("/mix/noai", serve.image(data["a.jpg"], headers={"X-Robots-Tag": "noai"})): failures.OPTED_OUT,
         loopback.url("/mix/404", userinfo=f"reader:{PASSWORD}@").replace("/mix/404", "/mix/nope"): failures.HTTP_404,
+        # The password repeated in the path, the query and the fragment: masked in each, as in the detail.
+        loopback.url("/mix/404", userinfo=f"reader:{PASSWORD}@").replace(
+            "/mix/404", f"/mix/{PASSWORD}/pw.jpg?token={PASSWORD}#{PASSWORD}"): failures.HTTP_404,
         "ftp://127.0.0.1/x.jpg": failures.BAD_URL,
         "data:image/png;base64,iVBORw0KGgo=": failures.BAD_URL,
         "http://[::1/x.jpg": failures.BAD_URL,

@@ -330,6 +330,24 @@ def test_an_export_the_table_was_not_made_with_is_refused_at_start_up(ui_inputs,
     assert missing.returncode == 1 and "no table nosuch of embeddings" in missing.stderr, missing.stderr[-2000:]
 
 
+def test_a_table_the_predict_job_did_not_make_and_a_missing_database_dir_are_refused_at_start_up(ui_inputs,
+                                                                                                   tmp_path):
+    """Both bad input (exit 2, one line); the UI only reads, so a mistyped --database_dir creates nothing."""
+    from beam_pipeline import database
+
+    with database.connect(ui_inputs["database"]) as connection:  # Embeddings, but not a predictions table.
+        connection.execute("CREATE TABLE IF NOT EXISTS ui_not_predictions (key text, embedding vector(3))")
+        connection.commit()
+    foreign = in_process.ui_start("--input_dir", ui_inputs["job"], "--database", ui_inputs["database"],
+                                  "--table", "ui_not_predictions", "--port", scaleout.free_port())
+    assert foreign.returncode == 2 and "not a predictions table" in foreign.stderr, foreign.stderr[-2000:]
+    assert len(foreign.stderr.strip().splitlines()) == 1
+    typo = in_process.ui_start("--input_dir", ui_inputs["job"], "--database_dir", tmp_path / "nodb",
+                               "--port", scaleout.free_port())  # The UI only reads: it creates no database.
+    assert typo.returncode == 2 and "holds no database" not in typo.stderr and "does not exist" in typo.stderr
+    assert not (tmp_path / "nodb").exists()
+
+
 def test_thumbnails_are_decoded_through_the_codecs_of_the_stored_format(ui_inputs):
     import tensorflow as tf
     from PIL import Image
