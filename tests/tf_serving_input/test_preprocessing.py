@@ -426,15 +426,30 @@ SCAN_CUT_SHORT = _scan_cut_short_jpegs()
 SHRINKING = PreprocessConfig(image_size=20, resize_mode="center_crop")
 
 
-def _everyday_or_slow(names, everyday):
-    """`names` as parameters, those not in `everyday` run with the slow tests (CI): ~1 s a case."""
-    return [name if name in everyday else pytest.param(name, marks=pytest.mark.slow) for name in sorted(names)]
+def _everyday_or_slow(names, everyday, in_tf_data):
+    """(name, mode) parameters: every case eagerly and in a tf.function (those not in `everyday` with the
+    slow tests), and the cases in `in_tf_data` inside tf.data too (with the slow tests, as MODES says).
+    tf.data traces the whole preprocessing graph anew for each dataset (5-15 s a case on a busy 2-core
+    machine: 375 s of CI for these two tests with every case in every mode); the other two modes trace
+    once, and graph mode, which tf.data adds over eager, is what the tf.function mode runs."""
+    params = []
+    for name in sorted(names):
+        for mode in ("eager", "tf_data", "tf_function"):
+            if mode == "tf_data":
+                if name not in in_tf_data:
+                    continue
+                marks = [pytest.mark.slow]
+            elif name in everyday:
+                marks = []
+            else:
+                marks = [pytest.mark.slow]
+            params.append(pytest.param(name, mode, marks=marks, id=f"{name}-{mode}"))
+    return params
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", _everyday_or_slow(SCAN_CUT_SHORT, {
+@pytest.mark.parametrize("name, mode", _everyday_or_slow(SCAN_CUT_SHORT, {
     "baseline cut at half", "progressive cut in its first scan", "restart markers, cut just after one",
-    "header claiming 12000x8000"}))
+    "header claiming 12000x8000"}, in_tf_data={"baseline cut at half", "header claiming 12000x8000"}))
 def test_a_jpeg_whose_scan_ends_early_is_refused_as_truncated_not_decoded_grey(name, mode):
     data = SCAN_CUT_SHORT[name]
     # The premise: the plain decode op accepts the bytes and fills the rest with grey.
@@ -472,9 +487,8 @@ def _grey_but_whole_jpegs():
 GREY_BUT_WHOLE = _grey_but_whole_jpegs()
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("name", _everyday_or_slow(GREY_BUT_WHOLE, {
-    "a 128 band at the bottom", "progressive, a 128 band", "one grey pixel"}))
+@pytest.mark.parametrize("name, mode", _everyday_or_slow(GREY_BUT_WHOLE, {
+    "a 128 band at the bottom", "progressive, a 128 band", "one grey pixel"}, in_tf_data={"a 128 band at the bottom"}))
 def test_a_whole_jpeg_with_exact_grey_is_decoded_as_it_is(name, mode):
     data = GREY_BUT_WHOLE[name]
     stored = tf.io.decode_jpeg(data, channels=3).numpy()
