@@ -44,7 +44,7 @@ class SteppedRows:
                 self._steps.append((record.name, record.kind, self._tf_call(record, fn)))
         placeholder = tf.zeros([1, 1, 3], tf.uint8)
 
-        @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
         def decode(data):
             problem, image_format, height_width = inspect_image(data, config.max_pixels)
             image = tf.cond(tf.equal(problem, 0), lambda: decode_for_steps(data, image_format, height_width, config),
@@ -53,7 +53,7 @@ class SteppedRows:
                              lambda: problem_detail(problem, image_format, height_width, config.max_pixels))
             return image, problem, detail
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
         def finish(image):
             resized = resize_stepped(image, config)
             return codec.encode(resized, config), pixel_moments(resized[None])
@@ -66,7 +66,7 @@ class SteppedRows:
 
         traced = image_steps.trace(fn, record)
 
-        @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)])
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
         def step(image):
             return image_steps.run_tf_steps(image, [(record.name, traced)])
 

@@ -82,7 +82,8 @@ class RowPreprocessor:
         self._prefixes = {}  # The first k steps only, traced to tell which step raised (or the decode).
 
         def build(tf_steps):
-            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+            # autograph=False: the graph below is explicit tf.cond / map_fn (steps keep theirs: steps.trace).
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
             def preprocess(datas):
                 return preprocess_all(datas, tf_steps)
 
