@@ -82,6 +82,10 @@ class StepRecord:
     kind: str  # TF or PYTHON.
     position: int  # 0 for the first step run.
     sha256: str  # Of the source file's bytes.
+    # A file step's bytes, read once when it was named (`resolve`): they travel with the job to every worker,
+    # which runs them from here (`load`) and never reads the path: a remote worker (a Flink TaskManager's,
+    # Dataflow's) has no such file. Not recorded, not compared: the SHA-256 stands for them.
+    source: bytes | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def name(self) -> str:
@@ -89,7 +93,7 @@ class StepRecord:
         return self.spec.rpartition(":")[2]
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"spec": self.spec, "kind": self.kind, "position": self.position, "sha256": self.sha256}
 
     @classmethod
     def from_dict(cls, value: dict[str, Any]) -> StepRecord:
@@ -137,21 +141,28 @@ def _file_digest(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def _load_file(path: str) -> Any:
+def _read_file(path: str) -> bytes:
     if not os.path.isfile(path):
         raise StepRefused(f"{path}: no such file")
-    digest = _file_digest(path)
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as error:
+        raise StepRefused(f"{path}: cannot be read: {error_line(error)}") from None
+
+
+def _load_file(path: str, source: bytes) -> Any:
+    """The module of a step file's `source` (its bytes, read once: what is run is what was hashed)."""
+    digest = hashlib.sha256(source).hexdigest()
     # A name of its own per content: two versions of a file never share a module.
     name = f"beam_image_pipeline_step_{digest[:16]}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise StepRefused(f"{path}: cannot be loaded as a Python file")
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=path))
+    module.__file__ = path  # Tracebacks and the step's own lookups name the user's file.
     sys.modules[name] = module  # What pickling and dataclasses in the file look up.
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the user's own step, by design.
     except SyntaxError as error:
         del sys.modules[name]
         raise StepRefused(f"{_where(path, error.lineno)}: syntax error: {error.msg}") from None
@@ -220,17 +231,19 @@ def resolve(text: str, position: int, cwd: str | None = None,
     TF steps are traced here too (`trace`), unless `check_trace` is False. Raises StepRefused (one line).
     """
     path, module_name, function = split_spec(text, cwd)
+    source = None
     if path is not None:
-        module = _load_file(path)
-        spec = f"{path}:{function}"
+        source = _read_file(path)
+        module = _load_file(path, source)
+        spec, digest = f"{path}:{function}", hashlib.sha256(source).hexdigest()
     else:
         assert module_name is not None
         module, path = _load_module(module_name)
-        spec = f"{module_name}:{function}"
+        spec, digest = f"{module_name}:{function}", _file_digest(path)
     fn = _function(module, path, function)
     _check_parameters(fn, path, function)
-    record = StepRecord(spec=spec, kind=PYTHON if python_mark(fn) else TF, position=position,
-                        sha256=_file_digest(path))
+    record = StepRecord(spec=spec, kind=PYTHON if python_mark(fn) else TF, position=position, sha256=digest,
+                        source=source)
     if record.kind == TF and check_trace:
         trace(fn, record)
     return record, fn
@@ -248,7 +261,13 @@ def source_path(record: StepRecord) -> str:
 
 
 def load(record: StepRecord) -> Callable[..., Any]:
-    """The function of a recorded step, loaded only from the recorded place and only when its SHA-256 matches."""
+    """The function of a recorded step, loaded only from the recorded place and only when its SHA-256 matches.
+
+    A record that carries its file's bytes (`resolve`'s, as the job ships it to its workers) is run from
+    those, never from the path: a worker on another machine has no such file.
+    """
+    if record.source is not None:
+        return _load_carried(record)
     path = source_path(record)
     try:
         digest = _file_digest(path)
@@ -260,6 +279,20 @@ def load(record: StepRecord) -> Callable[..., Any]:
     found, fn = resolve(record.spec, record.position, check_trace=False)  # Its caller traces it.
     if found != record:
         raise StepRefused(f"{path}: step {record.spec} is now a {found.kind} step; the run recorded {record.kind}")
+    return fn
+
+
+def _load_carried(record: StepRecord) -> Callable[..., Any]:
+    assert record.source is not None
+    path, _, function = split_spec(record.spec)
+    digest = hashlib.sha256(record.source).hexdigest()
+    if path is None or digest != record.sha256:
+        raise StepRefused(f"{path or record.spec}: step {record.spec}: the bytes it carries are not the recorded "
+                          f"source (SHA-256 {digest[:12]}..., recorded {record.sha256[:12]}...)")
+    fn = _function(_load_file(path, record.source), path, function)
+    kind = PYTHON if python_mark(fn) else TF
+    if kind != record.kind:
+        raise StepRefused(f"{path}: step {record.spec} is now a {kind} step; the run recorded {record.kind}")
     return fn
 
 

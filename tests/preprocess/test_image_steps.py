@@ -316,3 +316,30 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
     model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten()])
     with pytest.raises(ValueError, match=r"brighten, is a Python step .*rewrite it in TF ops.*serving_examples"):
         export_serving_model(model, str(out), str(tmp_path / "export"), embedding_layer=False)
+
+
+def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_path):
+    """A remote worker (a Flink TaskManager's, Dataflow's) has no copy of the launcher's step file: the records
+    the job pickles into its DoFns carry the file's bytes, and a worker runs the steps from those."""
+    import pickle
+    import sys
+
+    steps_file = tmp_path / "py_steps.py"
+    steps_file.write_text(PYTHON_STEPS)
+    records = tuple(steps.resolve(f"{steps_file}:{name}", position)[0]
+                    for position, name in enumerate(["brighten", "invert"]))
+    shipped = pickle.dumps(records)  # As Beam ships the DoFn that holds them.
+    steps_file.unlink()  # The worker's machine: no such file ...
+    sys.modules.pop(f"beam_image_pipeline_step_{records[0].sha256[:16]}")  # ... and a fresh process.
+    steps._SET_UP.clear()
+    config = PreprocessConfig(image_size=SIZE)
+    [(_, outcome)] = RowPreprocessor(config, steps=pickle.loads(shipped))(rows_of(tmp_path, PYTHON_ROWS[:1]))
+    from tf_serving_input.codecs import parse_record
+
+    assert (parse_record(outcome.record, config)[0].numpy() == [255 - 15, 255 - 25, 255 - 35]).all()
+    # What the manifest records (and the run's fingerprint compares) holds no bytes: the SHA-256 stands for them.
+    assert "source" not in records[0].to_dict() and steps.StepRecord.from_dict(records[0].to_dict()) == records[0]
+    tampered = pickle.loads(shipped.replace(b"make_offset", b"make_offsex"))
+    with pytest.raises(steps.StepRefused, match=r"py_steps.py: step .*:brighten: the bytes it carries are not the "
+                                                r"recorded source"):
+        steps.load(tampered[0])
