@@ -186,14 +186,16 @@ class SmallRun:
 
 @pytest.fixture(scope="session")
 def small_run(tmp_path_factory):
-    """The local runner's output over scaleout.make_small_dataset: every runner's output must equal it."""
+    """The local runner's output over scaleout.make_small_dataset, through its steps (a Python step, then a TF
+    step: `scaleout.small_step_flags`): every runner's output must equal it."""
     import in_process
     import scaleout
 
     folder = tmp_path_factory.mktemp("small_dataset")
     csv_path, rows = scaleout.make_small_dataset(folder)
     local = folder / "out_local"
-    result = in_process.run_module("beam_pipeline", *scaleout.job_command(csv_path, local)[3:])
+    result = in_process.run_module("beam_pipeline", *scaleout.job_command(csv_path, local)[3:],
+                                   *scaleout.small_step_flags(folder), cwd=folder)
     assert result.returncode == 0, result.stderr[-3000:]
     return SmallRun(folder, csv_path, rows, local)
 
@@ -204,7 +206,8 @@ def small_predictions(small_run):
     import in_process
     import scaleout
 
-    export = scaleout.export_small_model(small_run.local, small_run.folder / "export")
+    # Its run has a Python step: the export takes images after the steps (serving_examples for predict).
+    export = scaleout.export_small_model(small_run.local, small_run.folder / "export", images_after_steps=True)
     predictions = small_run.folder / "pred_local"
     result = in_process.predict(*scaleout.predict_command(export, small_run.local, predictions)[3:])
     assert result.returncode == 0, result.stderr[-3000:]

@@ -44,7 +44,34 @@ def make_small_dataset(folder, count=12, size=32):
         rows.append([name, label, "validation" if i % 4 == 0 else "train"])
     rows.append([MISSING, "a", "train"])
     imaging.write_csv(folder / "images.csv", ["path", "label", "split"], rows)
+    (folder / "small_steps.py").write_text(SMALL_PYTHON_STEP)
     return folder / "images.csv", rows
+
+
+# The small dataset's own steps: a Python step with a per-worker set-up, written beside its CSV, then the
+# documented TF step. Every runner's run of it applies them (the step file's bytes travel with the job:
+# a remote worker never reads the launcher's file) and must store what the local run stores.
+SMALL_PYTHON_STEP = """\
+import numpy as np
+
+from beam_pipeline import python_step
+
+
+def levels():
+    return (255 - np.arange(256) // 2).astype(np.uint8)
+
+
+@python_step(setup=levels)
+def fold(image, table):
+    return table[image]
+"""
+
+
+def small_step_flags(folder):
+    """The --image_step flags of the small dataset's runs (paths relative to `folder`, the runs' cwd)."""
+    gray_world = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sample_data", "steps",
+                              "gray_world.py")
+    return ("--image_step", "small_steps.py:fold", "--image_step", f"{os.path.relpath(gray_world, folder)}:gray_world")
 
 
 def job_command(csv_path, out, *extra):
@@ -164,6 +191,8 @@ def assert_small_dataset_run_matches(local_out, other_out, rows, runner):
 
     written = outputs.manifest(other_out)
     assert written["runner"] == runner
+    # Through the small dataset's steps (small_step_flags), as the local run: a Python step, then a TF step.
+    assert [step["kind"] for step in written["config"]["image_steps"]] == ["python", "tf"]
     assert (written["rows"], written["written"], written["failed"]) == (len(rows), len(rows) - 1, 1)
     assert [e["source"] for e in outputs.errors(other_out)] == [MISSING]
     outputs.assert_same_output(local_out, other_out)
@@ -220,7 +249,7 @@ def run_job_killing_group(csv_path, out, *extra, env=None, cwd=None, timeout=600
     return finish_job(start_job(csv_path, out, *extra, env=env, cwd=cwd), timeout)
 
 
-def export_small_model(job_out, export_dir, size=16, seed=5):
+def export_small_model(job_out, export_dir, size=16, seed=5, images_after_steps=False):
     """A tiny classifier (random weights: only how it predicts matters) exported on a job's output."""
     import keras
 
@@ -229,7 +258,7 @@ def export_small_model(job_out, export_dir, size=16, seed=5):
     keras.utils.set_random_seed(seed)
     model = keras.Sequential([keras.Input((size, size, 3)), keras.layers.Conv2D(8, 3, activation="relu"),
                               keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2, activation="softmax")])
-    return export_serving_model(model, str(job_out), str(export_dir))
+    return export_serving_model(model, str(job_out), str(export_dir), images_after_steps=images_after_steps)
 
 
 def predict_command(model_dir, input_dir, out, *extra):

@@ -41,6 +41,10 @@ IMAGE_BYTES_INPUT = "image_bytes"
 EXAMPLES_INPUT = "examples"
 BYTES_SIGNATURE = "serving_default"
 EXAMPLES_SIGNATURE = "serving_examples"
+# Images after the whole preprocessing (decode, the steps, resize): the export of a run with a Python step
+# (`images_after_steps=True`) has it instead of serving_default, whose graph cannot hold the step.
+IMAGES_SIGNATURE = "serving_images"
+IMAGES_INPUT = "images"
 # Output names of both signatures.
 SCORES = "scores"
 CLASS_IDS = "class_ids"
@@ -85,27 +89,32 @@ def _serving_model(model: keras.Model, embedding_layer: str | Literal[False] | N
     return keras.Model(model.inputs, outputs, name=f"{model.name}_serving"), True
 
 
-def recorded_tf_steps(output_dir: str) -> tuple[list[tuple[str, Any]], list[StepRecord]]:
+def recorded_tf_steps(output_dir: str, images_after_steps: bool = False
+                      ) -> tuple[list[tuple[str, Any]], list[StepRecord]]:
     """The run's --image_step steps, loaded and traced for the export: ([(name, traced)], records).
 
     Code is loaded only from the file (or module) the run's manifest records, and only when its
     SHA-256 is the recorded one (`steps.load`; StepRefused otherwise). A Python step cannot be
-    served: ValueError naming it and the ways out.
+    served: ValueError naming it and the ways out, unless `images_after_steps` (then no step is
+    loaded: the export takes images after them).
     """
     from tf_serving_input.layout import OutputLayout
 
     records = records_of(OutputLayout(output_dir).load_manifest()["config"])
     for record in records:
         if record.kind != TF:
+            if images_after_steps:
+                return [], records
             raise ValueError(
                 f"step {record.position + 1} of {output_dir}, {record.spec}, is a Python step (@python_step), which "
-                "a SavedModel cannot hold: rewrite it in TF ops (an unmarked function of a uint8 tensor), or serve "
-                "images that already went through it with the 'serving_examples' signature")
+                "a SavedModel cannot hold: rewrite it in TF ops (an unmarked function of a uint8 tensor), or export "
+                "with images_after_steps=True: signatures on images that already went through the steps "
+                "('serving_examples' on the stored records, 'serving_images')")
     return [(record.name, trace(load(record), record)) for record in records], records
 
 
 def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
-                         embedding_layer: str | Literal[False] | None = None) -> str:
+                         embedding_layer: str | Literal[False] | None = None, images_after_steps: bool = False) -> str:
     """Writes a SavedModel to `export_dir` whose signatures apply the job's preprocessing.
 
     Signatures: 'serving_default' takes `image_bytes` (tf.string [None], raw
@@ -119,14 +128,19 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     A run made with `--image_step` TF steps is exported with them, read from the
     run's manifest: each is loaded from the file (or module) recorded there and
     only when its SHA-256 matches (export only runs you trust: their steps' code
-    runs here). A run with a Python step is refused (`recorded_tf_steps`).
+    runs here). A run with a Python step is refused (`recorded_tf_steps`), unless
+    `images_after_steps=True`: then the export has no 'serving_default' (it would skip the step)
+    but 'serving_images', which takes `images` (uint8 [None, S, S, 3]: images after decode, the
+    steps and the resize, as the job stores them), beside 'serving_examples'. Search and the UI
+    run the steps themselves before it, loaded only from the specs their user names.
 
     Every TensorFlow loader serves it: `tf.saved_model.load`, the session
     loader TensorFlow Serving uses, and `saved_model_cli run`. Returns
     `export_dir`.
     """
     config = load_preprocess_config(output_dir)
-    tf_steps, step_records = recorded_tf_steps(output_dir)
+    tf_steps, step_records = recorded_tf_steps(output_dir, images_after_steps)
+    steps_outside = any(record.kind != TF for record in step_records)
     mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_tensor = tf.constant(vocabulary or [""], tf.string)
@@ -159,15 +173,20 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
 
     archive = keras.export.ExportArchive()
     archive.track(serving_model)
-    archive.add_endpoint(BYTES_SIGNATURE, serve_image_bytes,
-                         input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
+    if not steps_outside:  # Raw bytes would skip a Python step: never served silently without it.
+        archive.add_endpoint(BYTES_SIGNATURE, serve_image_bytes,
+                             input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
+    if images_after_steps:
+        archive.add_endpoint(IMAGES_SIGNATURE, predict,
+                             input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8, name=IMAGES_INPUT)])
     archive.add_endpoint(EXAMPLES_SIGNATURE, serve_examples,
                          input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
     archive.write_out(export_dir, verbose=False)
     info = {"preprocess": config.to_dict(), "vocabulary": vocabulary, "embedding_size": embedding_size,
             "embedding_layer": (embedding_layer or "penultimate") if with_embedding else None,
             "pixel_mean": mean.numpy().tolist(), "pixel_std": std.numpy().tolist(),
-            **({"image_steps": [record.to_dict() for record in step_records]} if step_records else {})}
+            **({"image_steps": [record.to_dict() for record in step_records]} if step_records else {}),
+            **({"steps_outside": True} if steps_outside else {})}
     tf.io.gfile.makedirs(f"{export_dir.rstrip('/')}/assets.extra")
     with tf.io.gfile.GFile(f"{export_dir.rstrip('/')}/{INFO_FILE}", "w") as f:
         f.write(json.dumps(info, indent=1))
@@ -182,6 +201,9 @@ class ExportInfo:
     vocabulary: list[str]
     embedding_size: int
     embedding_layer: str | None
+    # The run's steps; with `steps_outside`, serving_images takes images after them (no serving_default).
+    image_steps: tuple[StepRecord, ...] = ()
+    steps_outside: bool = False
     INFO_FILE = INFO_FILE
 
     @staticmethod
@@ -202,7 +224,8 @@ def read_export_info(export_dir: str) -> ExportInfo:
                                 "(scripts/train.py)? Exports from before the embedding output must be "
                                 "re-exported") from None
     return ExportInfo(preprocess=info["preprocess"], vocabulary=info["vocabulary"],
-                      embedding_size=info["embedding_size"], embedding_layer=info["embedding_layer"])
+                      embedding_size=info["embedding_size"], embedding_layer=info["embedding_layer"],
+                      image_steps=tuple(records_of(info)), steps_outside=bool(info.get("steps_outside")))
 
 
 def rest_request_body(image_paths: Iterable[str | os.PathLike[str]],

@@ -158,7 +158,9 @@ def _load_file(path: str, source: bytes) -> Any:
     name = f"beam_image_pipeline_step_{digest[:16]}"
     if name in sys.modules:
         return sys.modules[name]
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(name, loader=None, origin=path))
+    found = importlib.util.spec_from_loader(name, loader=None, origin=path)
+    assert found is not None  # Always a spec when no loader is given.
+    module = importlib.util.module_from_spec(found)
     module.__file__ = path  # Tracebacks and the step's own lookups name the user's file.
     sys.modules[name] = module  # What pickling and dataclasses in the file look up.
     try:
@@ -294,6 +296,40 @@ def _load_carried(record: StepRecord) -> Callable[..., Any]:
     if kind != record.kind:
         raise StepRefused(f"{path}: step {record.spec} is now a {kind} step; the run recorded {record.kind}")
     return fn
+
+
+def load_named(specs: Sequence[str], recorded: Sequence[StepRecord], where: str,
+               cwd: str | None = None) -> list[tuple[StepRecord, Callable[..., Any]]]:
+    """A run's recorded steps, each loaded from the spec a user named for it (in order), and only when that file's
+    SHA-256 is the recorded one: checked on the bytes before any of them runs.
+
+    For a program that reads a run it did not make (search, the UI): what a run folder names is never
+    loaded; `where` names what recorded the steps (one line of StepRefused says what to pass).
+    """
+    if len(specs) != len(recorded):
+        listed = ", ".join(f"{record.spec} ({record.kind})" for record in recorded)
+        raise StepRefused(f"{where} was made with {len(recorded)} step(s), {listed}; {len(specs)} --image_step "
+                          "given: name each, in order")
+    loaded = []
+    for spec, record in zip(specs, recorded):
+        path, module_name, function = split_spec(spec, cwd)
+        source = _read_file(path) if path is not None else None
+        if path is None:
+            found = importlib.util.find_spec(module_name or "")  # Finds the file; imports nothing.
+            if found is None or not found.origin or not os.path.isfile(found.origin):
+                raise StepRefused(f"{module_name}: no such module (not importable from this Python's path)")
+            path = os.path.abspath(found.origin)
+        digest = hashlib.sha256(source).hexdigest() if source is not None else _file_digest(path)
+        if function != record.name or digest != record.sha256:
+            raise StepRefused(f"--image_step {spec} is not step {record.position + 1} of {where}, {record.spec} "
+                              f"(SHA-256 {digest[:12]}..., recorded {record.sha256[:12]}...): name that file and "
+                              "function, unchanged")
+        fn = (_function(_load_file(path, source), path, function) if source is not None
+              else load(dataclasses.replace(record, spec=f"{module_name}:{function}")))
+        if (PYTHON if python_mark(fn) else TF) != record.kind:
+            raise StepRefused(f"{path}: {function} is not the {record.kind} step {where} recorded")
+        loaded.append((record, fn))
+    return loaded
 
 
 # Each Python step's set-up result, made once per worker process: {(spec, sha256): result}.

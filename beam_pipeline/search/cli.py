@@ -26,6 +26,11 @@ def build_parser(prog=PROG):
     query.add_argument("--image", help="An image file to search with (embedded by --model_dir).")
     query.add_argument("--key", help="The key of a stored image to search with (its stored embedding).")
     parser.add_argument("--model_dir", help="The serving export the predictions came from (needed with --image).")
+    parser.add_argument("--image_step", action="append", default=[], metavar="SPEC",
+                        help="FILE.py:FUNCTION (or package.module:FUNCTION): one of the run's --image_step steps, "
+                             "given once per step, in order, when --model_dir takes images after them (a run with a "
+                             "Python step). Loaded only when its SHA-256 is the one the export records; never loaded "
+                             "from what a run or an export names (docs/steps.md).")
     parser.add_argument("--database", default="embedded", help="'embedded' or a postgresql:// URL.")
     parser.add_argument("--database_dir", default=None, help="The embedded server's data folder.")
     parser.add_argument("--table", default=None,
@@ -79,16 +84,19 @@ def read_query_image(path, max_file_bytes=None):
     return data
 
 
-def embed_image(model_dir, data, source="the query"):
+def embed_image(model_dir, data, source="the query", step_specs=()):
     """The unit-length embedding the export gives one image's bytes (as the predict job stores it).
 
-    One implementation with the UI's: `common.query_embedding`; here its refusals become one-line SearchErrors.
+    One implementation with the UI's: `common.query_embedding`; here its refusals become one-line SearchErrors
+    (SearchRefused when the run's steps must be named with --image_step).
     """
-    from beam_pipeline.common.query_embedding import ExportError, QueryEmbedder
+    from beam_pipeline.common.query_embedding import ExportError, QueryEmbedder, StepsNeeded
     from tf_serving_input import failures
 
     try:
-        return QueryEmbedder(model_dir).embed(data)
+        return QueryEmbedder(model_dir, step_specs).embed(data)
+    except StepsNeeded as error:
+        raise SearchRefused(str(error)) from None
     except ExportError as error:
         raise SearchError(f"--model_dir {error}") from None
     except failures.RowFailure as failure:
@@ -149,6 +157,8 @@ def _refusal(args):
 
     if args.image and not args.model_dir:
         return "--image needs --model_dir (the export that embeds the query)"
+    if args.image_step and not args.image:
+        return "--image_step applies the run's steps to --image: give --image"
     problem = database.database_flag_problem(args.database, allow_none=False)
     if problem:
         return problem
@@ -199,7 +209,7 @@ def _search(args, url, query):
         if args.key:
             vector, query_path = database.stored_embedding(connection, table, args.key, args.dataset)
         else:
-            vector, query_path = embed_image(args.model_dir, query, args.image), args.image
+            vector, query_path = embed_image(args.model_dir, query, args.image, args.image_step), args.image
             size = int(kind.split("(")[1].rstrip(")"))
             if len(vector) != size:
                 raise SearchError(f"--model_dir {args.model_dir} embeds into {len(vector)} values, but table {table} "

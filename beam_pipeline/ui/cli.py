@@ -32,6 +32,11 @@ def build_parser(prog: str = PROG):
     parser.add_argument("--input_dir", required=True, help="The preprocessing job's --output_dir.")
     parser.add_argument("--predictions_dir", help="The predict job's --output_dir (top-k per image, its table).")
     parser.add_argument("--model_dir", help="The serving export the predictions came from (search by upload).")
+    parser.add_argument("--image_step", action="append", default=[], metavar="SPEC",
+                        help="FILE.py:FUNCTION (or package.module:FUNCTION): one of the run's --image_step steps, "
+                             "given once per step, in order, when --model_dir takes images after them (a run with a "
+                             "Python step): uploads go through them. Loaded only when its SHA-256 is the one the "
+                             "export records; never loaded from what a run or an export names (docs/steps.md).")
     parser.add_argument("--database", default=None,
                         help="'embedded' or a postgresql:// URL (default: embedded when --predictions_dir or "
                              "--database_dir is given, else no database).")
@@ -79,6 +84,8 @@ def _refusal(args) -> str | None:
             database.check_table_name(args.table)
         except database.TableNameError as error:
             return f"--table: {error}"
+    if args.image_step and not args.model_dir:
+        return "--image_step applies the run's steps to uploads, which --model_dir embeds: give --model_dir"
     if args.model_dir and not (args.predictions_dir or args.database or args.database_dir):
         return "--model_dir searches the predictions table: give --predictions_dir and --database too"
     return None

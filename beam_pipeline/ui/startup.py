@@ -75,7 +75,7 @@ def load_state(args: Any, database_value: str | None) -> tuple[UiState, Resource
             raise RunRefused(f"table {table} holds no rows of --predictions_dir {args.predictions_dir} (its "
                              f"dataset {dataset}; the table holds {', '.join(sorted(datasets))}): name its table "
                              "with --table, or load it with the predict job's --load_only")
-        embedder = _embedder(args.model_dir, resources.pool, table) if args.model_dir else None
+        embedder = _embedder(args.model_dir, resources.pool, table, args.image_step) if args.model_dir else None
     except BaseException:
         resources.close()
         raise
@@ -188,12 +188,18 @@ def _table(args: Any, predict: PredictRun | None, url: str) -> str:
     return table
 
 
-def _embedder(model_dir: str, pool: Any, table: str):
-    """The export, loaded once, checked against what the table holds (its size and, when recorded, its SHA-256)."""
-    from beam_pipeline.common.files import export_sha256
-    from beam_pipeline.common.query_embedding import QueryEmbedder
+def _embedder(model_dir: str, pool: Any, table: str, step_specs: Any = ()):
+    """The export, loaded once, checked against what the table holds (its size and, when recorded, its SHA-256).
 
-    embedder = QueryEmbedder(model_dir)
+    An export that takes images after the run's steps needs them named (--image_step, SHA-256 checked): RunRefused
+    otherwise. Nothing a run folder or the export names is ever loaded on its own."""
+    from beam_pipeline.common.files import export_sha256
+    from beam_pipeline.common.query_embedding import QueryEmbedder, StepsNeeded
+
+    try:
+        embedder = QueryEmbedder(model_dir, step_specs)
+    except StepsNeeded as error:
+        raise RunRefused(str(error)) from None
     with pool.connection() as connection:
         kind = database.embedding_type(connection, table)
         recorded = database.table_export(connection, table)

@@ -313,9 +313,26 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
     assert {failure["source"]: failure["reason"] for failure in outputs.errors(out)} == {
         **{name: failure.reason for name, failure in PYTHON_FAILURES.items()}, "text.png": failures.NOT_AN_IMAGE}
     assert outputs.manifest(out)["config"]["image_steps"][0]["kind"] == "python"
-    model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten()])
+    model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten(), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match=r"brighten, is a Python step .*rewrite it in TF ops.*serving_examples"):
-        export_serving_model(model, str(out), str(tmp_path / "export"), embedding_layer=False)
+        export_serving_model(model, str(out), str(tmp_path / "refused"))
+
+    # The way out: signatures on images after the steps, and no serving_default that would skip them. A query
+    # image then goes through the step only when its user names it, and embeds as the stored record does.
+    import tensorflow as tf
+
+    from beam_pipeline.common.embeddings import l2_normalize
+    from beam_pipeline.common.query_embedding import QueryEmbedder, StepsNeeded
+
+    export = export_serving_model(model, str(out), str(tmp_path / "export"), images_after_steps=True)
+    signatures = tf.saved_model.load(export).signatures
+    assert sorted(signatures) == ["serving_examples", "serving_images"]
+    with pytest.raises(StepsNeeded, match=r"step 1, .*py_steps.py:brighten, is a Python step.*--image_step"):
+        QueryEmbedder(export)
+    [record] = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(sorted(map(str, out.glob("data/*.tfrecord*"))))]
+    stored = l2_normalize(signatures["serving_examples"](examples=tf.constant([record]))["embedding"].numpy())[0]
+    query = QueryEmbedder(export, [f"{steps_file}:brighten"]).embed(solid_png(10))
+    np.testing.assert_array_equal(query, stored)
 
 
 def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_path):

@@ -53,6 +53,7 @@ def test_embedded_flink_matches_the_local_runner(small_run, worker_pool):
         os.path.relpath(small_run.csv_path, folder), "out_flink_embedded",
         "--runner=FlinkRunner", "--flink_master=[local]", f"--flink_job_server_jar={JAR}",
         "--environment_type=EXTERNAL", f"--environment_config={worker_pool}",
+        *scaleout.small_step_flags(folder),
         cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]
     scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_flink_embedded", small_run.rows,

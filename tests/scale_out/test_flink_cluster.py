@@ -143,7 +143,8 @@ def test_standing_cluster_matches_the_local_runner(small_run, flink_cluster):
 
     # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
     result = scaleout.run_job_killing_group(os.path.relpath(small_run.csv_path, folder), "out_flink_cluster",
-                                            *cluster.job_flags(), cwd=folder, timeout=TIMEOUT)
+                                            *cluster.job_flags(), *scaleout.small_step_flags(folder),
+                                            cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, cluster.explain(result)
     scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_flink_cluster", small_run.rows,
                                               "FlinkRunner")

@@ -47,7 +47,8 @@ def test_portable_runner_with_external_worker_pool_matches_the_local_runner(port
     result = scaleout.run_job(
         os.path.relpath(small_run.csv_path, folder), "out_portable",
         "--runner=PortableRunner", f"--job_endpoint={job_endpoint}",
-        "--environment_type=EXTERNAL", f"--environment_config={pool_endpoint}", cwd=folder)
+        "--environment_type=EXTERNAL", f"--environment_config={pool_endpoint}",
+        *scaleout.small_step_flags(folder), cwd=folder)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_portable", small_run.rows,
                                               "PortableRunner")

@@ -21,6 +21,7 @@ import pytest
 import imaging
 import in_process
 import postgres_servers
+import said
 import scaleout
 import ui_run
 from conftest import UI_UPLOAD_TIMEOUT
@@ -464,3 +465,58 @@ def test_predictions_or_quality_of_another_job_output_are_refused_at_start_up(ui
                                  "--port", scaleout.free_port())
     assert result.returncode == 1 and "manifest.json is damaged" in result.stderr, result.stderr[-2000:]
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr[-2000:]
+
+
+# A step file that leaves a mark when any of it runs: opening a run or an export that names it must not.
+MARKING_STEP = '''\
+import pathlib
+
+pathlib.Path(__file__).with_name("ran").write_text("a step file named by the export ran")
+
+from beam_pipeline import python_step
+
+
+@python_step
+def mark(image):
+    return image
+'''
+
+
+def test_an_export_that_names_a_step_never_runs_it_unless_the_user_names_it(ui_inputs, tmp_path):
+    """Search and the UI load a run's Python step only from an --image_step the user gives, SHA-256 checked first:
+    an export (or run) naming a step file on its own runs nothing, and says in one line what to pass (exit 2)."""
+    import hashlib
+    import json
+    import shutil
+
+    from tf_serving_input.serving import ExportInfo
+    from tf_serving_input.steps import StepRecord
+
+    step, marker = tmp_path / "marking.py", tmp_path / "ran"
+    step.write_text(MARKING_STEP)
+    export = tmp_path / "export"
+    shutil.copytree(ui_inputs["export"], export)
+    info = json.loads((export / ExportInfo.INFO_FILE).read_text())
+    record = StepRecord(f"{step}:mark", "python", 0, hashlib.sha256(step.read_bytes()).hexdigest())
+    (export / ExportInfo.INFO_FILE).write_text(json.dumps({**info, "image_steps": [record.to_dict()],
+                                                          "steps_outside": True}))
+    query = tmp_path / "query.png"
+    query.write_bytes(imaging.encode(imaging.quadrants(ui_run.SIZE, ui_run.SIZE), "PNG"))
+    search = ("--image", query, "--model_dir", export, "--database", ui_inputs["database"])
+
+    unnamed = in_process.search(*search)
+    assert unnamed.returncode == 2, unnamed.stderr[-2000:]
+    [line] = unnamed.stderr.strip().splitlines()
+    assert f"step 1, {step}:mark, is a Python step" in line and "--image_step FILE.py:mark" in line, line
+    # A file of the same name and function but other bytes is refused before any of it runs.
+    other = tmp_path / "other" / "marking.py"
+    other.parent.mkdir()
+    other.write_text(MARKING_STEP + "# changed\n")
+    changed = in_process.search(*search, "--image_step", f"{other}:mark")
+    assert changed.returncode == 2 and "is not step 1 of" in changed.stderr, changed.stderr[-2000:]
+    ui = in_process.ui_start("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
+                             "--model_dir", export, "--database", ui_inputs["database"], "--port", scaleout.free_port())
+    assert ui.returncode == 2, ui.stderr[-2000:]
+    [problem] = said.problems(ui.stderr)  # One line (the index's first-start notice aside).
+    assert "--image_step FILE.py:mark" in problem, problem
+    assert not marker.exists() and not (other.parent / "ran").exists()
