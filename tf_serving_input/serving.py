@@ -129,10 +129,11 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     run's manifest: each is loaded from the file (or module) recorded there and
     only when its SHA-256 matches (export only runs you trust: their steps' code
     runs here). A run with a Python step is refused (`recorded_tf_steps`), unless
-    `images_after_steps=True`: then the export has no 'serving_default' (it would skip the step)
-    but 'serving_images', which takes `images` (uint8 [None, S, S, 3]: images after decode, the
-    steps and the resize, as the job stores them), beside 'serving_examples'. Search and the UI
-    run the steps themselves before it, loaded only from the specs their user names.
+    `images_after_steps=True`: then no signature takes raw bytes (it would skip the step), and
+    'serving_images' takes `images` (uint8 [None, S, S, 3]: images after decode, the steps and
+    the resize, as the job stores them), beside 'serving_examples'; 'serving_default' is an alias
+    of 'serving_images' (TF Serving needs one). Search and the UI run the steps themselves before
+    it, loaded only from the specs their user names.
 
     Every TensorFlow loader serves it: `tf.saved_model.load`, the session
     loader TensorFlow Serving uses, and `saved_model_cli run`. Returns
@@ -173,12 +174,12 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
 
     archive = keras.export.ExportArchive()
     archive.track(serving_model)
+    if images_after_steps:  # First: with a Python step, serving_default is its alias (TF Serving needs one).
+        archive.add_endpoint(IMAGES_SIGNATURE, predict,
+                             input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8, name=IMAGES_INPUT)])
     if not steps_outside:  # Raw bytes would skip a Python step: never served silently without it.
         archive.add_endpoint(BYTES_SIGNATURE, serve_image_bytes,
                              input_signature=[tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)])
-    if images_after_steps:
-        archive.add_endpoint(IMAGES_SIGNATURE, predict,
-                             input_signature=[tf.TensorSpec([None, size, size, 3], tf.uint8, name=IMAGES_INPUT)])
     archive.add_endpoint(EXAMPLES_SIGNATURE, serve_examples,
                          input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_INPUT)])
     archive.write_out(export_dir, verbose=False)

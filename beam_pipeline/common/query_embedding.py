@@ -49,7 +49,7 @@ class StepsNeeded(ValueError):
 class QueryEmbedder:
     """An export's serving_default signature, loaded once, turning image bytes into stored-like embeddings.
 
-    The export of a run with a Python step (`images_after_steps`) has no serving_default: the query is
+    The export of a run with a Python step (`images_after_steps`) has no signature on raw bytes: the query is
     decoded, put through the run's steps in order and resized here, as the job did, then embedded through
     'serving_images'. Those steps are loaded only from `step_specs` (the user's --image_step) and only when
     each file's SHA-256 is the one the export records: never from what the export or a run folder names.

@@ -326,7 +326,9 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
 
     export = export_serving_model(model, str(out), str(tmp_path / "export"), images_after_steps=True)
     signatures = tf.saved_model.load(export).signatures
-    assert sorted(signatures) == ["serving_examples", "serving_images"]
+    assert sorted(signatures) == ["serving_default", "serving_examples", "serving_images"]
+    # TF Serving needs a serving_default: it is serving_images, never raw bytes that would skip the step.
+    assert list(signatures["serving_default"].structured_input_signature[1]) == ["images"]
     with pytest.raises(StepsNeeded, match=r"step 1, .*py_steps.py:brighten, is a Python step.*--image_step"):
         QueryEmbedder(export)
     [record] = [bytes(r.numpy()) for r in tf.data.TFRecordDataset(sorted(map(str, out.glob("data/*.tfrecord*"))))]
