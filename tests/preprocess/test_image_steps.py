@@ -335,6 +335,10 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
     stored = l2_normalize(signatures["serving_examples"](examples=tf.constant([record]))["embedding"].numpy())[0]
     query = QueryEmbedder(export, [f"{steps_file}:brighten"]).embed(solid_png(10))
     np.testing.assert_array_equal(query, stored)
+    # Raw images cannot go through that export: predict --input_csv is refused in one line, naming the step.
+    raw = in_process.predict("--model_dir", export, "--input_csv", tmp_path / "in.csv", "--output_dir",
+                             tmp_path / "pred", "--database", "none", "--no_progress")
+    assert raw.returncode == 2 and "py_steps.py:brighten, is a Python step" in raw.stderr, raw.stderr[-2000:]
 
 
 def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_path):
