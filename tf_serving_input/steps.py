@@ -151,6 +151,17 @@ def _read_file(path: str) -> bytes:
         raise StepRefused(f"{path}: cannot be read: {error_line(error)}") from None
 
 
+class _CarriedSource:
+    """The loader of a step module run from its bytes: its source for whoever reads it back by the file's name
+    (linecache, so tracebacks and AutoGraph, which converts a TF step's Python `if`), where no such file is."""
+
+    def __init__(self, source: bytes) -> None:
+        self._source = source
+
+    def get_source(self, fullname: str) -> str:
+        return self._source.decode("utf-8", "replace")
+
+
 def _load_file(path: str, source: bytes) -> Any:
     """The module of a step file's `source` (its bytes, read once: what is run is what was hashed)."""
     digest = hashlib.sha256(source).hexdigest()
@@ -158,8 +169,8 @@ def _load_file(path: str, source: bytes) -> Any:
     name = f"beam_image_pipeline_step_{digest[:16]}"
     if name in sys.modules:
         return sys.modules[name]
-    found = importlib.util.spec_from_loader(name, loader=None, origin=path)
-    assert found is not None  # Always a spec when no loader is given.
+    found = importlib.util.spec_from_loader(name, loader=_CarriedSource(source), origin=path)
+    assert found is not None  # Always a spec when a loader is given.
     module = importlib.util.module_from_spec(found)
     module.__file__ = path  # Tracebacks and the step's own lookups name the user's file.
     sys.modules[name] = module  # What pickling and dataclasses in the file look up.

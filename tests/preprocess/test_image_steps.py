@@ -347,16 +347,30 @@ def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_
     import pickle
     import sys
 
+    import inspect as inspect_module
+    import linecache
+
     steps_file = tmp_path / "py_steps.py"
-    steps_file.write_text(PYTHON_STEPS)
+    # A TF step with a Python `if` too: AutoGraph converts it from its source, which the worker has only as bytes.
+    steps_file.write_text(PYTHON_STEPS + textwrap.dedent('''
+
+        def halve_if_bright(image):
+            if tf.reduce_min(image) > 250:
+                return image // 2
+            return image
+        '''))
     records = tuple(steps.resolve(f"{steps_file}:{name}", position)[0]
-                    for position, name in enumerate(["brighten", "invert"]))
+                    for position, name in enumerate(["brighten", "invert", "halve_if_bright"]))
     shipped = pickle.dumps(records)  # As Beam ships the DoFn that holds them.
     steps_file.unlink()  # The worker's machine: no such file ...
     sys.modules.pop(f"beam_image_pipeline_step_{records[0].sha256[:16]}")  # ... and a fresh process.
     steps._SET_UP.clear()
+    linecache.clearcache()
     config = PreprocessConfig(image_size=SIZE)
-    [(_, outcome)] = RowPreprocessor(config, steps=pickle.loads(shipped))(rows_of(tmp_path, PYTHON_ROWS[:1]))
+    arrived = pickle.loads(shipped)
+    # AutoGraph reads a TF step's source back (inspect, linecache) to convert its `if`: from the carried bytes.
+    assert "if tf.reduce_min(image) > 250:" in inspect_module.getsource(steps.load(arrived[2]))
+    [(_, outcome)] = RowPreprocessor(config, steps=arrived)(rows_of(tmp_path, PYTHON_ROWS[:1]))
     from tf_serving_input.codecs import parse_record
 
     assert (parse_record(outcome.record, config)[0].numpy() == [255 - 15, 255 - 25, 255 - 35]).all()
