@@ -344,11 +344,10 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
 def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_path):
     """A remote worker (a Flink TaskManager's, Dataflow's) has no copy of the launcher's step file: the records
     the job pickles into its DoFns carry the file's bytes, and a worker runs the steps from those."""
-    import pickle
-    import sys
-
     import inspect as inspect_module
     import linecache
+    import pickle
+    import sys
 
     steps_file = tmp_path / "py_steps.py"
     # A TF step with a Python `if` too: AutoGraph converts it from its source, which the worker has only as bytes.
