@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib
+import importlib.abc
 import importlib.util
 import inspect
 import os
@@ -151,7 +152,7 @@ def _read_file(path: str) -> bytes:
         raise StepRefused(f"{path}: cannot be read: {error_line(error)}") from None
 
 
-class _CarriedSource:
+class _CarriedSource(importlib.abc.Loader):
     """The loader of a step module run from its bytes: its source for whoever reads it back by the file's name
     (linecache, so tracebacks and AutoGraph, which converts a TF step's Python `if`), where no such file is."""
 
