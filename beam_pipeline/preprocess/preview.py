@@ -45,8 +45,9 @@ def run_preview(job, contact_sheet=None):
         print(f"error: {job.input_csv} has no data rows to preview", file=sys.stderr)
         return 2
     reads = {row.key: _read(row, job.max_file_bytes) for row in rows}
-    before, after = _outcomes(job, rows, reads, ()), _outcomes(job, rows, reads, job.steps)
+    # The timings first: a Python step's set-up runs once per process, and its time is measured there.
     timings = step_timings(job, [reads[row.key] for row in rows if isinstance(reads[row.key], bytes)])
+    before, after = _outcomes(job, rows, reads, ()), _outcomes(job, rows, reads, job.steps)
     render_preview(rows, before, after, job.preprocess, sheet)
     terminal.result(format_preview(job, rows, after, timings, sheet))
     return 0

@@ -412,3 +412,56 @@ def HOSTILE_FILE(tmp_path):  # noqa: N802 - reads as the file it is.
     path = tmp_path / "user_steps.py"
     path.write_text(HOSTILE)
     return path
+
+
+def test_preview_runs_the_steps_on_the_first_rows_and_writes_no_run(tmp_path, capsys):
+    """--preview N: before/after sheet, each step's time, failures with the job's reasons; no output folder."""
+    from PIL import Image
+
+    from beam_pipeline.preprocess import options
+    from beam_pipeline.preprocess.preview import run_preview
+
+    steps_file = HOSTILE_FILE(tmp_path)
+    # No row that raises: that row's call is redone one row at a time, tracing more (covered by the job's tests).
+    files = [("plain.png", solid_png(10)), ("empty.png", solid_png(9)), ("text.png", b"no image"),
+             ("not_previewed.png", solid_png(10))]
+    for name, data in files:
+        (tmp_path / name).write_bytes(data)
+    imaging.write_csv(tmp_path / "in.csv", ["path", "label"], [[name, "a"] for name, _ in files])
+    job, _ = options.parse_args(["--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(tmp_path / "out"),
+                                 "--image_size", str(SIZE), "--image_step", f"{steps_file}:hostile",
+                                 "--image_step", f"{steps_file}:invert", "--preview", "3",
+                                 "--contact_sheet", str(tmp_path / "sheet.png")])
+    assert run_preview(job, job.contact_sheet) == 0
+    said = capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
+    assert "step 1 hostile (tf): " in said and "step 2 invert (tf): " in said and " ms an image (median of " in said
+    assert "1 rows written, 2 failed" in said
+    assert "empty.png (line 3): step_bad_output: hostile returned uint8 of shape [0 10 3]" in said
+    assert "text.png (line 4): not_an_image: " in said and "not_previewed" not in said
+    assert Image.open(tmp_path / "sheet.png").size == (2 * (SIZE + 4), 3 * (SIZE + 14 + 4))  # 3 rows, before | after
+
+
+def test_preview_flags_are_checked():
+    from beam_pipeline.preprocess import options
+
+    with pytest.raises(SystemExit):
+        options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--contact_sheet", "s.png"])
+    job, _ = options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--preview", "2"])
+    assert job.preview == 2 and "preview" not in job.to_dict()  # Not the run's configuration.
+
+
+def test_the_opencv_example_crops_a_face_and_passes_a_faceless_image_on():
+    """sample_data/steps/face_crop.py on two sample photos (skipped without the [opencv] extra)."""
+    pytest.importorskip("cv2")
+    from PIL import Image
+
+    record, fn = steps.resolve("sample_data/steps/face_crop.py:face_crop", 0, cwd=outputs.REPO_ROOT)
+    assert record.kind == steps.PYTHON
+    call = steps.python_caller(record, fn)
+    images = os.path.join(outputs.REPO_ROOT, "sample_data", "images")
+    astronaut = np.asarray(Image.open(os.path.join(images, "astronaut", "astronaut_040.jpg")).convert("RGB"))
+    cat = np.asarray(Image.open(os.path.join(images, "cat", "cat_016.jpg")).convert("RGB"))
+    face = call(astronaut)
+    assert face.dtype == np.uint8 and face.shape[2] == 3 and face.shape[0] * face.shape[1] < astronaut.size // 6
+    assert (call(cat) == cat).all()
