@@ -190,9 +190,13 @@ def render_preview(rows, before, after, config, path):
 
 def format_preview(job, rows, after, timings, sheet):
     """What the preview prints: each step's time per image, the rows that failed, where the sheet is."""
+    from tf_serving_input import steps as image_steps
+
     lines = [f"Preview of the first {len(rows)} rows of {job.input_csv}: nothing written to {job.output_dir}"]
     for record, times, set_up in timings:
-        if times:
+        if times and record.kind == image_steps.BATCH:  # One timed call on the batch of every row's image.
+            took = f"{times[0] * 1000:.1f} ms an image (one batch of {len(times)})"
+        elif times:
             took = (f"{statistics.median(times) * 1000:.1f} ms an image (median of {len(times)}; "
                     f"max {max(times) * 1000:.1f} ms)")
         else:
