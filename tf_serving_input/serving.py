@@ -34,7 +34,7 @@ from tf_serving_input.codecs import parse_records
 from tf_serving_input.features import load_preprocess_config
 from tf_serving_input.normalization import normalize_images, read_statistics
 from tf_serving_input.preprocessing import preprocess_image
-from tf_serving_input.steps import TF, StepRecord, load, records_of, trace
+from tf_serving_input.steps import BATCH, PYTHON, StepRecord, load, records_of, run_batch_steps, trace, trace_batch
 
 # TensorFlow Serving's REST API takes {"b64": ...} for inputs whose name ends in "_bytes".
 IMAGE_BYTES_INPUT = "image_bytes"
@@ -85,8 +85,10 @@ def _serving_model(model: keras.Model, embedding_layer: str | Literal[False] | N
     return keras.Model(model.inputs, outputs, name=f"{model.name}_serving"), True
 
 
-def recorded_tf_steps(output_dir: str) -> tuple[list[tuple[str, Any]], list[StepRecord]]:
-    """The run's --image_step steps, loaded and traced for the export: ([(name, traced)], records).
+def recorded_tf_steps(output_dir: str, image_size: int | None = None) -> tuple[
+        list[tuple[str, Any]], list[StepRecord], list[tuple[str, Any]]]:
+    """The run's --image_step steps, loaded and traced for the export: ([(name, traced)] of the per-image
+    steps, records, [(name, traced)] of the `@batch_step`s, for images of side `image_size`).
 
     Code is loaded only from the file (or module) the run's manifest records, and only when its
     SHA-256 is the recorded one (`steps.load`; StepRefused otherwise). A Python step cannot be
@@ -96,12 +98,15 @@ def recorded_tf_steps(output_dir: str) -> tuple[list[tuple[str, Any]], list[Step
 
     records = records_of(OutputLayout(output_dir).load_manifest()["config"])
     for record in records:
-        if record.kind != TF:
+        if record.kind == PYTHON:
             raise ValueError(
                 f"step {record.position + 1} of {output_dir}, {record.spec}, is a Python step (@python_step), which "
                 "a SavedModel cannot hold: rewrite it in TF ops (an unmarked function of a uint8 tensor), or serve "
                 "images that already went through it with the 'serving_examples' signature")
-    return [(record.name, trace(load(record), record)) for record in records], records
+    per_image = [(record.name, trace(load(record), record)) for record in records if record.kind != BATCH]
+    batch = [(record.name, trace_batch(load(record), record, image_size)) for record in records
+             if record.kind == BATCH]
+    return per_image, records, batch
 
 
 def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
@@ -116,7 +121,7 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     `embedding_layer=False`) and, when the model outputs one score per label of
     the vocabulary, 'class_ids' and 'classes' (label strings).
 
-    A run made with `--image_step` TF steps is exported with them, read from the
+    A run made with `--image_step` TF steps (`@batch_step`s too) is exported with them, read from the
     run's manifest: each is loaded from the file (or module) recorded there and
     only when its SHA-256 matches (export only runs you trust: their steps' code
     runs here). A run with a Python step is refused (`recorded_tf_steps`).
@@ -126,7 +131,7 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     `export_dir`.
     """
     config = load_preprocess_config(output_dir)
-    tf_steps, step_records = recorded_tf_steps(output_dir)
+    tf_steps, step_records, batch_steps = recorded_tf_steps(output_dir, config.image_size)
     mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_tensor = tf.constant(vocabulary or [""], tf.string)
@@ -151,7 +156,7 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
         """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
         images = tf.map_fn(lambda data: preprocess_image(data, config, tf_steps), image_bytes,
                            fn_output_signature=image_spec)
-        return predict(images)
+        return predict(run_batch_steps(images, batch_steps))  # The `@batch_step`s, on the resized batch.
 
     def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""

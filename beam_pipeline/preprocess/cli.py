@@ -41,10 +41,14 @@ def resolved_steps(job):
     records = []
     for position, spec in enumerate(job.steps):
         try:
-            record = steps.resolve(spec, position)[0]
+            record = steps.resolve(spec, position, image_size=job.preprocess.image_size)[0]
         except steps.StepRefused as error:
             raise Refused(f"--image_step {spec}: {error}") from None
         records.append(record)
+    try:
+        steps.check_order(records)
+    except steps.StepRefused as error:
+        raise Refused(f"--image_step {error}") from None
     return dataclasses.replace(job, steps=tuple(records))
 
 
@@ -192,6 +196,10 @@ class PreprocessLauncher(Launcher):
 def run(argv=None, prog=PROG):
     """Runs the job; returns the process exit code (0 ok, 1 failed, 2 refused before any work)."""
     job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv, prog)
+    if job.preview:  # No run: the steps on the first rows, in this process (docs/steps.md).
+        from beam_pipeline.preprocess.preview import run_preview
+
+        return run_preview(job, job.contact_sheet)
 
     from tf_serving_input.layout import OutputLayout
 

@@ -26,7 +26,8 @@ _LOG = logging.getLogger(__name__)
 class SteppedRows:
     """File contents -> (stored bytes, moments) or RowFailure, through steps of which at least one is Python."""
 
-    def __init__(self, config, codec, records):
+    def __init__(self, config, codec, records, batch_steps=()):
+        """`batch_steps`: the traced `@batch_step`s, (name, function), run on each resized image as a batch of 1."""
         import tensorflow as tf
 
         from tf_serving_input.codecs import to_bytes
@@ -55,10 +56,11 @@ class SteppedRows:
 
         @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
         def finish(image):
-            resized = resize_stepped(image, config)
+            resized = image_steps.run_batch_steps(resize_stepped(image, config)[None], batch_steps)[0]
             return codec.encode(resized, config), pixel_moments(resized[None])
 
         self._decode, self._finish = decode.get_concrete_function(), finish.get_concrete_function()
+        self._batch_names = " then ".join(name for name, _ in batch_steps)
 
     @staticmethod
     def _tf_call(record, fn):
@@ -88,7 +90,12 @@ class SteppedRows:
             if isinstance(outcome, failures.RowFailure):
                 return outcome
             image = outcome
-        encoded, moments = self._finish(image)
+        try:
+            encoded, moments = self._finish(image)
+        except self._op_error as error:
+            if not self._batch_names:
+                raise  # Only a batch step fails here, as its row's failure (the resize cannot fail).
+            return failures.RowFailure(failures.STEP_FAILED, f"{self._batch_names}: {image_steps.error_line(error)}")
         return self._to_bytes(encoded.numpy()), moments.numpy()[0]
 
     def _tf_step(self, name, call, image):
