@@ -3,8 +3,8 @@ os._exit or segfaults; --step_timeout; --max_error_rate; each step's time per im
 
 The hostile step (tests/steps_hostile/hostile.py) picks what it does by the image's red level, so that one
 preprocessor, or one run, meets every behaviour. The everyday tests call the preprocessor in this process
-(its step process is real: a child process); the slow one runs the real command line twice (a crash, then the
-same command resuming).
+(its step process is real: a child process); the slow one runs the command twice (a crash in a Beam worker process, then
+the same command resuming).
 """
 
 import json
@@ -17,7 +17,6 @@ import imaging
 import in_process
 import outputs
 import said
-import scaleout
 from beam_pipeline.common import rows as source
 from beam_pipeline.preprocess import step_process, step_timing
 from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
@@ -138,8 +137,8 @@ def run_args(folder, out, *extra):
             "0.1", "--image_step", f"{folder / 'hostile.py'}:hostile", *extra]
 
 
-@pytest.mark.slow  # The real command line in a subprocess (Beam's worker processes), then a resume in this one.
-def test_a_run_whose_step_ends_its_worker_exits_1_naming_it_and_the_same_command_resumes(tmp_path):
+@pytest.mark.slow  # Two runs: the first in a Beam worker process (its crash relayed as text), the resume in memory.
+def test_a_run_whose_step_ends_its_worker_exits_1_naming_it_and_the_same_command_resumes(tmp_path, capfd):
     hostile_record(tmp_path)
     # Every 7th raises (2), 250 hangs (1), 254 calls os._exit while crash_now is there: 3 failed of 21 > 10 %.
     reds = list(range(1, 19)) + [250, 254, 19]
@@ -147,10 +146,11 @@ def test_a_run_whose_step_ends_its_worker_exits_1_naming_it_and_the_same_command
     imaging.write_csv(tmp_path / "in.csv", ["path", "label"], [[row.source, "a"] for row in rows])
     out = tmp_path / "out"
     (tmp_path / "crash_now").touch()
-    crashed = scaleout.run_module("beam_pipeline", *run_args(tmp_path, out, "--direct_num_workers", "2"),
-                                  timeout=300)
+    # The command's run(argv) here, its worker a real process (which shares this process's descriptors 1 and 2).
+    crashed = in_process.run_module("beam_pipeline", *run_args(tmp_path, out, "--direct_num_workers", "1",
+                                                                "--direct_running_mode", "multi_processing"))
     assert crashed.returncode == 1, crashed.stderr
-    assert "hostile step" not in crashed.stdout + crashed.stderr
+    assert "hostile step" not in crashed.stdout + crashed.stderr + capfd.readouterr().out
     [line] = said.problems(crashed.stderr)
     assert line.startswith(f"error: --image_step {tmp_path / 'hostile.py'}:hostile ended the process it runs in on "
                            "an image (exit status 7: os._exit or sys.exit in the step?); the finished shards are "
@@ -159,7 +159,7 @@ def test_a_run_whose_step_ends_its_worker_exits_1_naming_it_and_the_same_command
     resumed = in_process.run_module("beam_pipeline", *run_args(tmp_path, out))
     # The run finishes; the step's failures count against --max_error_rate like any other (3 of 21 > 10 %).
     assert resumed.returncode == 1, resumed.stderr
-    assert "hostile step" not in resumed.stdout
+    assert "hostile step" not in resumed.stdout + capfd.readouterr().out
     [budget] = said.problems(resumed.stderr)
     assert budget.startswith("error: 3 of 21 rows failed (14.3%), more than --max_error_rate=0.1") and \
         "step_failed: 2" in budget and "step_timeout: 1" in budget
