@@ -170,3 +170,17 @@ def test_a_run_whose_step_ends_its_worker_exits_1_naming_it_and_the_same_command
     assert "step 1 hostile" in resumed.stdout and "p50 " in resumed.stdout
     report = json.loads(in_process.run_module("beam_pipeline", "inspect", str(out), "--format", "json").stdout)
     assert report["failed_by_reason"] == {"step_failed": 2, "step_timeout": 1}
+
+
+def test_step_timeout_flag():
+    from beam_pipeline.preprocess import options
+
+    argv = ["--input_csv", "in.csv", "--output_dir", "out"]
+    assert options.parse_args(argv)[0].step_timeout == step_process.DEFAULT_TIMEOUT == 60.0
+    assert options.parse_args(argv + ["--step_timeout", "0"])[0].step_timeout == 0
+    job = options.parse_args(argv + ["--step_timeout", "2.5"])[0]
+    assert job.step_timeout == 2.5 and "step_timeout" not in json.dumps(job.to_dict())  # A resume may change it.
+    for bad in ("-1", "nan", "inf"):
+        with pytest.raises(SystemExit) as refused:
+            options.parse_args(argv + ["--step_timeout", bad])
+        assert refused.value.code == 2
