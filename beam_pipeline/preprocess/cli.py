@@ -147,12 +147,26 @@ class PreprocessLauncher(Launcher):
     def fingerprint(self):
         return run_fingerprint(self.job, self.csv_summary)
 
+    def failure_line(self, error, run_log):
+        """A Python step that ended its process: one line naming it; the finished shards are kept."""
+        from beam_pipeline.preprocess.step_process import crash_line
+
+        current, depth = error, 0
+        while current is not None and depth < 20:  # The error and its causes (a runner may wrap it).
+            found = crash_line(str(current))
+            if found is not None:
+                return (f"error: {found}; the finished shards are kept: fix the step and run the same command "
+                        f"again to resume (details: {run_log.write(error)})")
+            current, depth = current.__cause__ or current.__context__, depth + 1
+        return None
+
     def run(self, finished_earlier, step, run_log):
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import StandardOptions
 
         from beam_pipeline.common import report
         from beam_pipeline.common.rows import all_shard_keys, shard_counts_for
+        from beam_pipeline.preprocess import step_timing
         from beam_pipeline.preprocess.pipeline import build_pipeline
         from tf_serving_input.layout import shard_name
 
@@ -184,12 +198,15 @@ class PreprocessLauncher(Launcher):
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
+        timing = step_timing.summarize(statuses, job.steps) if job.steps else None
+        if timing is not None:
+            manifest[step_timing.MANIFEST_KEY] = timing
         if "fetch" in manifest:
             manifest["fetch"] = fetched_this_run(manifest["fetch"], built, len(names))
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
-        terminal.result(report.format_summary(manifest, layout))
+        terminal.result(report.format_summary(manifest, layout, step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)
 
 

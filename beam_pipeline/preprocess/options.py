@@ -11,6 +11,7 @@ from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.flags import DEFAULT_RUNNER, absolute_if_local, with_local_defaults
 from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES
 from beam_pipeline.common.urls import FetchConfig
+from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT as DEFAULT_STEP_TIMEOUT
 from tf_serving_input.features import IMAGE_FORMATS, RESIZE_MODES, PreprocessConfig
 from tf_serving_input.layout import LAYOUT_VERSION
 
@@ -37,6 +38,9 @@ class JobConfig:
     # (beam_pipeline.preprocess.preview). Neither is part of the run's configuration.
     preview: int = 0
     contact_sheet: str = ""
+    # --step_timeout: seconds a Python step may take on one image (0: no limit, run in the worker). It only
+    # tunes running, as the URL timeouts do: not in to_dict, so a resume may change it.
+    step_timeout: float = DEFAULT_STEP_TIMEOUT
 
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
@@ -109,6 +113,10 @@ def build_parser(prog="beam-image-pipeline preprocess"):
     parser.add_argument("--contact_sheet", default="", metavar="PATH",
                         help="With --preview: the PNG contact sheet to write (default: preview.png in the folder "
                              "the command runs from).")
+    parser.add_argument("--step_timeout", type=float, default=JobConfig.step_timeout, metavar="SECONDS",
+                        help="Seconds a Python --image_step may take on one image: past it the row fails as "
+                             "step_timeout and the step's process is replaced, so the shard goes on. 0: no limit, "
+                             "and the Python steps run in the worker process itself (no guard; docs/steps.md).")
     flags.add_csv_flags(parser)
     flags.add_run_flags(parser)
     parser.add_argument("--retry_failed", action="store_true",
@@ -131,6 +139,8 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     except ValueError as error:
         parser.error(str(error))
     flags.check_run_flags(parser, args)
+    if not args.step_timeout >= 0 or args.step_timeout == float("inf"):
+        parser.error(f"--step_timeout {args.step_timeout:g}: give seconds > 0, or 0 for no limit")
     fetch = flags.url_config(parser, args)
     if args.preview < 0:
         parser.error(f"--preview {args.preview}: give a number of rows, 1 or more")
@@ -145,5 +155,5 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
         fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview,
-        contact_sheet=args.contact_sheet)
+        contact_sheet=args.contact_sheet, step_timeout=args.step_timeout)
     return job, with_local_defaults(beam_args)

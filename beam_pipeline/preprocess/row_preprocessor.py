@@ -44,10 +44,11 @@ class RowPreprocessor:
     """Turns Rows into (row, Written | RowFailure), in order, never raising for a bad row."""
 
     def __init__(self, config, max_file_bytes=DEFAULT_MAX_FILE_BYTES, read_file=read_image_bytes,
-                 rows_per_call=ROWS_PER_CALL, steps=()):
+                 rows_per_call=ROWS_PER_CALL, steps=(), step_timeout=None):
         """`steps`: the run's --image_step records (`tf_serving_input.steps.StepRecord`), loaded here, each
         from its recorded file and only when its SHA-256 matches. `@batch_step`s (last) run on each call's
-        resized batch."""
+        resized batch. `step_timeout`: --step_timeout's seconds (None: its default; 0: the Python steps run
+        in this process, with no timeout)."""
         import tensorflow as tf
 
         from beam_pipeline.common.records import example_bytes
@@ -86,8 +87,11 @@ class RowPreprocessor:
         self._stepped_rows = None
         if any(record.kind == image_steps.PYTHON for record in steps):
             from beam_pipeline.preprocess.python_steps import SteppedRows
+            from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT
 
-            self._stepped_rows = SteppedRows(config, self._codec, steps, batch_steps)
+            timeout = DEFAULT_TIMEOUT if step_timeout is None else step_timeout
+            self._stepped_rows = SteppedRows(config, self._codec, steps, batch_steps, timeout=timeout or None,
+                                             in_child=bool(timeout))
             steps, batch_steps = (), []
         # The TF steps, traced once each; a bad output is one more problem index past failures.PROBLEMS.
         self._steps = [(record.name, image_steps.trace(image_steps.load(record), record)) for record in steps]
@@ -155,6 +159,16 @@ class RowPreprocessor:
                 if config not in _TRACED:
                     _TRACED[config] = build((), ())
                 self._preprocess = _TRACED[config]
+
+    def take_step_times(self):
+        """Each step's times an image since the last take (a shard status's `step_times`), or None when the
+        steps are not timed (no step, or TF steps only: fused into one call)."""
+        return self._stepped_rows.times.take() if self._stepped_rows is not None else None
+
+    def close(self):
+        """Ends the Python steps' child process, if any."""
+        if self._stepped_rows is not None:
+            self._stepped_rows.close()
 
     def __call__(self, rows):
         """Yields (row, Written or RowFailure) for every row, in order, reading each row's file here.

@@ -241,8 +241,8 @@ def test_the_documented_example_step_traces():
     assert record.kind == steps.TF and record.spec.endswith("sample_data/steps/gray_world.py:gray_world")
 
 
-PYTHON_STEPS = HOSTILE + textwrap.dedent('''\
-
+# NumPy only: a Python step's module is imported again in each step process (TensorFlow would cost seconds).
+PYTHON_STEPS = textwrap.dedent('''\
     import numpy as np
 
     from beam_pipeline import python_step
@@ -285,22 +285,31 @@ PYTHON_FAILURES = {
 
 
 def test_a_python_step_runs_between_decode_and_resize_once_set_up(tmp_path):
-    """decode -> Python step (set up once per process) -> TF step -> resize, each row failing on its own."""
+    """decode -> Python step (set up once per step process) -> TF step -> resize, each row failing on its own;
+    in a child process by default, in this one with --step_timeout 0."""
     from tf_serving_input.codecs import parse_record
 
-    steps_file = tmp_path / "py_steps.py"
-    steps_file.write_text(PYTHON_STEPS)
-    records = tuple(steps.resolve(f"{steps_file}:{name}", position)[0]
-                    for position, name in enumerate(["brighten", "invert"]))
+    (tmp_path / "py_steps.py").write_text(PYTHON_STEPS)
+    (tmp_path / "tf_steps.py").write_text(HOSTILE)
+    records = tuple(steps.resolve(spec, position)[0] for position, spec in
+                    enumerate([f"{tmp_path / 'py_steps.py'}:brighten", f"{tmp_path / 'tf_steps.py'}:invert"]))
     assert [record.kind for record in records] == [steps.PYTHON, steps.TF]
     config = PreprocessConfig(image_size=SIZE)
     rows = rows_of(tmp_path, PYTHON_ROWS)
-    outcomes = dict((row.source, outcome) for row, outcome in RowPreprocessor(config, steps=records)(rows))
-    image, _ = parse_record(outcomes.pop("plain.png").record, config)
-    assert (image.numpy() == [255 - 15, 255 - 25, 255 - 35]).all()  # Brightened by the set-up's 5, inverted.
-    assert outcomes.pop("text.png").reason == failures.NOT_AN_IMAGE
-    assert outcomes == {name: failure for name, failure in PYTHON_FAILURES.items()}
-    RowPreprocessor(config, steps=records)  # A second one in the same process: no second set-up.
+    for step_timeout in (None, 0):
+        preprocessor = RowPreprocessor(config, steps=records, step_timeout=step_timeout)
+        outcomes = dict((row.source, outcome) for row, outcome in preprocessor(rows))
+        preprocessor.close()
+        image, _ = parse_record(outcomes.pop("plain.png").record, config)
+        assert (image.numpy() == [255 - 15, 255 - 25, 255 - 35]).all()  # Brightened by the set-up's 5, inverted.
+        assert outcomes.pop("text.png").reason == failures.NOT_AN_IMAGE
+        assert outcomes == {name: failure for name, failure in PYTHON_FAILURES.items()}
+        set_up_in = {int(path.name.rpartition("_")[2]) for path in tmp_path.glob("set_up_in_*")}
+        if step_timeout is None:  # Set up once, in the step process: not in this one.
+            assert len(set_up_in) == 1 and os.getpid() not in set_up_in
+            assert steps.load(records[0]).__globals__["SET_UPS"] == []
+    assert os.getpid() in set_up_in  # --step_timeout 0: in this process, once, even for a second preprocessor.
+    RowPreprocessor(config, steps=records, step_timeout=0)
     assert steps.load(records[0]).__globals__["SET_UPS"] == [1]
 
 
