@@ -22,7 +22,7 @@ import time
 
 from benchmarks.data import write_csv
 from benchmarks.harness import epoch_times, in_turn, marginal_rate, median, settle
-from benchmarks.job import run_job
+from benchmarks.job import run_job, steady_seconds_per_image
 from benchmarks.pipelines import after_pipeline
 
 STEP_FNS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_fns.py")
@@ -149,9 +149,11 @@ def measure(bench, image_set):
         for key in PYTHON_STEPS:
             (loop, step_seconds), after, (small, big, job) = (sample[f"{key} loop"], sample[f"{key} py_function"],
                                                               sample[f"{key} job"])
+            # The workers' in-DoFn rate, first shard of each left out: blind to start-up, not to other load.
+            steady = WORKERS / steady_seconds_per_image(big.statuses)
             parts.append(f"{key}: loop {loop:.1f} img/s (step {step_seconds * 1000:.0f} ms), py_function "
                          f"{after:.1f}, job marginal {job:.1f} ({rows} rows {small.wall:.1f} s, "
-                         f"{rows * factor} rows {big.wall:.1f} s)")
+                         f"{rows * factor} rows {big.wall:.1f} s; in its workers {steady:.1f})")
         parts.append(f"no step {sample['no step'][2]:.0f} img/s, TF step {sample['TF step'][2]:.0f}")
         results.say(f"   [steps {repetition + 1}/{bench.repetitions}] " + "; ".join(parts))
 
