@@ -174,14 +174,32 @@ def test_the_pair_findings_peak_memory_is_its_own_not_its_launchers(tmp_path):
     assert json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"] < 2**30
 
 
-def test_the_steps_section_runs_its_steps_as_the_job_loads_them_through_the_loop_and_py_function(tmp_path):
-    """Section 9's plumbing on 3 small JPEGs (no timing asserted; its job runs are the benchmark's): G and R
-    load as Python steps and the trivial one as a TF step, through the job's loader; G and R return a new
-    uint8 image of their input's shape; the sequential loop and 'after' with tf.py_function run them."""
+
+def test_the_steps_sections_steps_load_as_the_job_loads_them_and_return_new_images():
+    """Section 9's steps (no timing asserted): G and R load as Python steps and the trivial one as a TF step,
+    through the job's loader; G and R return a new uint8 image of their read-only input's shape."""
     import numpy as np
 
     import imaging
     from tf_serving_input import steps as image_steps
+
+    kinds = {function: image_steps.resolve(steps.spec(function), 0, check_trace=False)[0].kind
+             for function in ("gil_equalize", "numpy_blur", steps.TF_STEP)}
+    assert kinds == {"gil_equalize": "python", "numpy_blur": "python", steps.TF_STEP: "tf"}
+    image = imaging.photo_like(np.random.default_rng(5), 30, 40)
+    image.flags.writeable = False  # As the job passes it.
+    for key, (_, function, _) in steps.PYTHON_STEPS.items():
+        out = steps.load_step(function)(image)
+        assert out.dtype == np.uint8 and out.shape == image.shape and not np.array_equal(out, image), key
+
+
+@pytest.mark.slow  # 3-4 s of tracing and tf.data on an idle 2-core machine (6-9 s under load): the full suite's.
+def test_the_steps_sections_loop_and_py_function_pipeline_run_its_steps_over_files(tmp_path):
+    """Section 9's baselines on 3 small JPEGs (no timing asserted; its job runs are the benchmark's): the
+    sequential loop (the job's decode and resize functions) and 'after' with tf.py_function run the steps."""
+    import numpy as np
+
+    import imaging
     from tf_serving_input.features import PreprocessConfig
 
     rng = np.random.default_rng(5)
@@ -191,14 +209,7 @@ def test_the_steps_section_runs_its_steps_as_the_job_loads_them_through_the_loop
         with open(paths[-1], "wb") as f:
             f.write(imaging.encode(imaging.photo_like(rng, 60 + 8 * i, 80), "JPEG"))
     csv_path = data.write_csv(str(tmp_path / "rows.csv"), [(path, "a") for path in paths])
-    kinds = {function: image_steps.resolve(steps.spec(function), 0, check_trace=False)[0].kind
-             for function in ("gil_equalize", "numpy_blur", steps.TF_STEP)}
-    assert kinds == {"gil_equalize": "python", "numpy_blur": "python", steps.TF_STEP: "tf"}
-    image = imaging.photo_like(rng, 30, 40)
-    image.flags.writeable = False  # As the job passes it.
-    for key, (_, function, _) in steps.PYTHON_STEPS.items():
-        out = steps.load_step(function)(image)
-        assert out.dtype == np.uint8 and out.shape == image.shape and not np.array_equal(out, image), key
+    for _, function, _ in steps.PYTHON_STEPS.values():
         assert steps.py_function_rate(csv_path, function, batch=2) > 0
     # Once, not per step: each call traces the job's decode and resize anew.
     rate, step_seconds = steps.sequential_loop(paths, PreprocessConfig().to_dict(), "gil_equalize", warm_up=1)
