@@ -25,7 +25,8 @@ def after_pipeline(csv_path, mean, std, batch, step=None):
 
     One pass over the CSV's rows (repeat it to measure a rate). `step`: a Python function on NumPy
     uint8 [H, W, 3] (a user's own step), run between decode and resize the usual way,
-    `map(tf.py_function(step), num_parallel_calls=AUTOTUNE)`: the GIL is held while it runs.
+    `map(tf.py_function(step), num_parallel_calls=AUTOTUNE)`: each call takes the GIL, so only a step
+    that releases it inside (NumPy's array loops) runs on several tf.data threads at once.
     """
     import tensorflow as tf
 
