@@ -369,6 +369,7 @@ BATCH_STEPS = textwrap.dedent('''\
     ''')
 
 
+@pytest.mark.slow  # Three preprocessors traced anew (41 s of a loaded everyday lane): the full suite's.
 def test_a_batch_step_runs_on_the_resized_batch_and_fails_only_its_rows(tmp_path):
     """Stored = step(resized): the job's call with the batch step against the same rows without it."""
     from tf_serving_input.codecs import parse_record
@@ -423,6 +424,7 @@ def HOSTILE_FILE(tmp_path):  # noqa: N802 - reads as the file it is.
     return path
 
 
+@pytest.mark.slow  # Traces the job's graph twice, with and without the steps: the full suite's.
 def test_preview_runs_the_steps_on_the_first_rows_and_writes_no_run(tmp_path, capsys):
     """--preview N: before/after sheet, each step's time, failures with the job's reasons; no output folder."""
     from PIL import Image
