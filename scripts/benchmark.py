@@ -23,6 +23,9 @@ Measures, in this order (one module of scripts/benchmarks/ each):
  7. search.py: search latency p50/p99 and recall@10 over 100,000 clustered vectors;
  8. ui.py: the web UI through HTTP: search-by-upload latency p50/p99, thumbnail p50, 50 concurrent
     overview requests all answered.
+ 9. steps.py: a user's own --image_step (issue 51): a GIL-bound and a NumPy Python step through the
+    job on 2 workers against a sequential loop and tf.py_function in 'after'; a trivial TF step
+    against none; the stepped job's peak RSS at two row counts (`--section steps` runs it alone).
 It prints the ratio table, writes docs/benchmarks.md, docs/benchmark_throughput.png and the table
 between README.md's benchmark-table markers (harness.py: timing and repetitions; report.py).
 """

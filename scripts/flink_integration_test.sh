@@ -33,4 +33,4 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 # One process (-n 0): the tests share one standing cluster, which a second pytest-xdist worker would
 # start jobs on, and stop, beside the first's.
-.venv/bin/python -m pytest tests/scale_out/test_flink.py tests/scale_out/test_flink_cluster.py -n 0 -rs "$@"
+.venv/bin/python -m pytest tests/scale_out/test_flink.py tests/scale_out/test_flink_cluster.py -n 0 -rs --durations=0 "$@"

@@ -95,6 +95,15 @@ MUTATIONS = [
      '    max(predictions.rglob("*.parquet"), key=lambda p: p.stat().st_size).unlink()\n'
      "    return export, predictions",
      "tests/scale_out/test_portable_runner.py::test_predict_job_on_the_portable_runner_matches_the_local_run"),
+    # Issue 51: a run with a step must never store images the step did not touch.
+    ("M11 the job's TF call silently skips the TF steps", "beam_pipeline/preprocess/row_preprocessor.py",
+     "lambda: preprocess_stepped_image(data, image_format, height_width, config, tf_steps),",
+     "lambda: (preprocess_checked_image(data, image_format, height_width, config), tf.constant(False),"
+     " tf.constant('')),",
+     "tests/preprocess/test_image_steps.py::test_tf_steps_run_in_the_job_in_order_and_fail_only_their_rows"),
+    ("M11b a run with a Python step silently skips the steps", "beam_pipeline/preprocess/python_steps.py",
+     "            image = outcome\n", "            pass\n",
+     "tests/preprocess/test_image_steps.py::test_a_python_step_runs_between_decode_and_resize_once_set_up"),
 ]
 
 

@@ -46,6 +46,7 @@ REMOTE_FILE_URL = "remote_file_url"
 # The user's own steps (--image_step; tf_serving_input/steps.py).
 STEP_FAILED = "step_failed"
 STEP_BAD_OUTPUT = "step_bad_output"
+STEP_TIMEOUT = "step_timeout"
 
 REASONS = {
     FILE_NOT_FOUND: ("the path names no file: nothing is there, a symbolic link points at nothing, or a name on "
@@ -96,6 +97,8 @@ REASONS = {
                   "first line (a Python step's traceback is in the run's log)"),
     STEP_BAD_OUTPUT: ("a --image_step returned something that is not a uint8 [h, w, 3] image with h, w >= 1 (another "
                       "dtype, rank or channel count, an empty image, not an array): the detail says what came back"),
+    STEP_TIMEOUT: ("a Python --image_step ran longer than --step_timeout seconds on this image: it was stopped (its "
+                   "process replaced) and the shard went on"),
 }
 
 # Failures a later `--retry_failed` run fetches again: they may not happen twice.

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import tensorflow as tf
@@ -33,7 +34,11 @@ from tf_serving_input.steps import run_tf_steps
 # left on (as tf.function and tf.data.Dataset.map leave it), it transpiled this module for 7.2 s of a 9.9 s
 # trace of the job's preprocessing graph, in every worker process and every caller that traces. A user's TF
 # step keeps AutoGraph: `steps.trace` wraps it in a tf.function of its own.
-_graph_ops = tf.autograph.experimental.do_not_convert
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def _graph_ops(fn: _Op) -> _Op:
+    return cast(_Op, tf.autograph.experimental.do_not_convert(fn))
 
 # A user's TF step as preprocessing runs it: (its name, the function traced by `steps.trace`).
 Step = tuple[str, Callable[[tf.Tensor], tf.Tensor]]

@@ -34,7 +34,7 @@ from tf_serving_input.codecs import parse_records
 from tf_serving_input.features import load_preprocess_config
 from tf_serving_input.normalization import normalize_images, read_statistics
 from tf_serving_input.preprocessing import preprocess_image
-from tf_serving_input.steps import TF, StepRecord, load, records_of, trace
+from tf_serving_input.steps import BATCH, PYTHON, StepRecord, load, records_of, run_batch_steps, trace, trace_batch
 
 # TensorFlow Serving's REST API takes {"b64": ...} for inputs whose name ends in "_bytes".
 IMAGE_BYTES_INPUT = "image_bytes"
@@ -89,9 +89,10 @@ def _serving_model(model: keras.Model, embedding_layer: str | Literal[False] | N
     return keras.Model(model.inputs, outputs, name=f"{model.name}_serving"), True
 
 
-def recorded_tf_steps(output_dir: str, images_after_steps: bool = False
-                      ) -> tuple[list[tuple[str, Any]], list[StepRecord]]:
-    """The run's --image_step steps, loaded and traced for the export: ([(name, traced)], records).
+def recorded_tf_steps(output_dir: str, image_size: int | None = None, images_after_steps: bool = False) -> tuple[
+        list[tuple[str, Any]], list[StepRecord], list[tuple[str, Any]]]:
+    """The run's --image_step steps, loaded and traced for the export: ([(name, traced)] of the per-image
+    steps, records, [(name, traced)] of the `@batch_step`s, for images of side `image_size`).
 
     Code is loaded only from the file (or module) the run's manifest records, and only when its
     SHA-256 is the recorded one (`steps.load`; StepRefused otherwise). A Python step cannot be
@@ -102,15 +103,18 @@ def recorded_tf_steps(output_dir: str, images_after_steps: bool = False
 
     records = records_of(OutputLayout(output_dir).load_manifest()["config"])
     for record in records:
-        if record.kind != TF:
+        if record.kind == PYTHON:
             if images_after_steps:
-                return [], records
+                return [], records, []
             raise ValueError(
                 f"step {record.position + 1} of {output_dir}, {record.spec}, is a Python step (@python_step), which "
                 "a SavedModel cannot hold: rewrite it in TF ops (an unmarked function of a uint8 tensor), or export "
                 "with images_after_steps=True: signatures on images that already went through the steps "
                 "('serving_examples' on the stored records, 'serving_images')")
-    return [(record.name, trace(load(record), record)) for record in records], records
+    per_image = [(record.name, trace(load(record), record)) for record in records if record.kind != BATCH]
+    batch = [(record.name, trace_batch(load(record), record, image_size)) for record in records
+             if record.kind == BATCH]
+    return per_image, records, batch
 
 
 def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
@@ -125,7 +129,7 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     `embedding_layer=False`) and, when the model outputs one score per label of
     the vocabulary, 'class_ids' and 'classes' (label strings).
 
-    A run made with `--image_step` TF steps is exported with them, read from the
+    A run made with `--image_step` TF steps (`@batch_step`s too) is exported with them, read from the
     run's manifest: each is loaded from the file (or module) recorded there and
     only when its SHA-256 matches (export only runs you trust: their steps' code
     runs here). A run with a Python step is refused (`recorded_tf_steps`), unless
@@ -140,8 +144,8 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
     `export_dir`.
     """
     config = load_preprocess_config(output_dir)
-    tf_steps, step_records = recorded_tf_steps(output_dir, images_after_steps)
-    steps_outside = any(record.kind != TF for record in step_records)
+    tf_steps, step_records, batch_steps = recorded_tf_steps(output_dir, config.image_size, images_after_steps)
+    steps_outside = any(record.kind == PYTHON for record in step_records)
     mean, std, vocabulary = read_statistics(output_dir, tft.TFTransformOutput(output_dir))
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_tensor = tf.constant(vocabulary or [""], tf.string)
@@ -166,7 +170,7 @@ def export_serving_model(model: keras.Model, output_dir: str, export_dir: str,
         """Raw encoded images (JPEG/PNG/GIF/BMP/WebP) -> model outputs."""
         images = tf.map_fn(lambda data: preprocess_image(data, config, tf_steps), image_bytes,
                            fn_output_signature=image_spec)
-        return predict(images)
+        return predict(run_batch_steps(images, batch_steps))  # The `@batch_step`s, on the resized batch.
 
     def serve_examples(examples: tf.Tensor) -> dict[str, tf.Tensor]:
         """Serialized tf.train.Examples as the Beam job writes them -> model outputs."""

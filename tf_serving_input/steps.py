@@ -9,7 +9,9 @@ uint8 tensor [h, w, 3] out (h, w >= 1). It is traced once with a
 after decode and EXIF orientation and before the resize
 (`preprocessing.preprocess_checked_image`), so the job and the serving export
 run the very same graph. A function marked `@python_step` is plain Python on
-NumPy arrays; it is never traced (it runs in the job's worker processes).
+NumPy arrays; it is never traced (it runs in the job's worker processes). A
+function marked `@batch_step` is a TF step that runs after the resize, on the
+whole batch: uint8 [N, S, S, 3] in, the same shape out (`run_batch_steps`).
 
 Identity: each step is recorded (`StepRecord`: spec, kind, position, the
 SHA-256 of its source file). Code is only ever loaded from a spec someone
@@ -36,9 +38,11 @@ from typing import Any
 
 TF = "tf"
 PYTHON = "python"
-KINDS = (TF, PYTHON)
+BATCH = "batch"  # A TF step on the resized batch, [N, S, S, 3] (`@batch_step`).
+KINDS = (TF, PYTHON, BATCH)
 # The attribute `python_step` sets on a function: its set-up (or None).
 _PYTHON_MARK = "__beam_image_pipeline_python_step__"
+_BATCH_MARK = "__beam_image_pipeline_batch_step__"  # Set (True) by `batch_step`.
 # Hint of a refusal to trace a function that is Python.
 PYTHON_HINT = "if it is Python, mark it @python_step (from beam_pipeline import python_step)"
 _CUT = 200  # Characters of an error's first line kept in a one-line refusal.
@@ -69,6 +73,24 @@ def python_step(fn: Callable[..., Any] | None = None, *, setup: Callable[[], Any
     return mark(fn) if fn is not None else mark
 
 
+def batch_step(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a TF function as a batch step: run after the resize, on uint8 [N, S, S, 3], returning that shape.
+
+    It is traced once with a [None, S, S, 3] uint8 signature (S: --image_size) and
+    runs in the job's TensorFlow call on each batch of resized images, and in the
+    serving export on each request's images. The batch's size is any N >= 1 (the
+    job's rows per call, 1 for a row redone on its own, a request's images), so
+    each output image must depend on its own input image only.
+    """
+    setattr(fn, _BATCH_MARK, True)
+    return fn
+
+
+def is_batch_step(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` is marked `@batch_step`."""
+    return getattr(fn, _BATCH_MARK, False) is True
+
+
 def python_mark(fn: Callable[..., Any]) -> PythonStepMark | None:
     """The `@python_step` mark of a function, or None for a TF step."""
     mark = getattr(fn, _PYTHON_MARK, None)
@@ -80,7 +102,7 @@ class StepRecord:
     """One step as the manifest and the run's fingerprint record it."""
 
     spec: str  # FILE.py:FUNCTION with FILE absolute, or package.module:FUNCTION.
-    kind: str  # TF or PYTHON.
+    kind: str  # TF, PYTHON or BATCH.
     position: int  # 0 for the first step run.
     sha256: str  # Of the source file's bytes.
     # A file step's bytes, read once when it was named (`resolve`): they travel with the job to every worker,
@@ -238,11 +260,12 @@ def _check_parameters(fn: Callable[..., Any], path: str, function: str) -> None:
         pass  # No signature to read (a builtin): it is tried when traced.
 
 
-def resolve(text: str, position: int, cwd: str | None = None,
-            check_trace: bool = True) -> tuple[StepRecord, Callable[..., Any]]:
+def resolve(text: str, position: int, cwd: str | None = None, check_trace: bool = True,
+            image_size: int | None = None) -> tuple[StepRecord, Callable[..., Any]]:
     """Loads a spec named on the command line and checks it: (its record, its function).
 
-    TF steps are traced here too (`trace`), unless `check_trace` is False. Raises StepRefused (one line).
+    TF steps are traced here too (`trace`, `trace_batch` for the side `image_size`, any side when None),
+    unless `check_trace` is False. Raises StepRefused (one line).
     """
     path, module_name, function = split_spec(text, cwd)
     source = None
@@ -255,12 +278,26 @@ def resolve(text: str, position: int, cwd: str | None = None,
         module, path = _load_module(module_name)
         spec, digest = f"{module_name}:{function}", _file_digest(path)
     fn = _function(module, path, function)
+    if python_mark(fn) is not None and is_batch_step(fn):
+        raise StepRefused(f"{_where(path, _definition_line(fn))}: {function} is marked both @python_step and "
+                          "@batch_step; a batch step is TF ops only")
     _check_parameters(fn, path, function)
-    record = StepRecord(spec=spec, kind=PYTHON if python_mark(fn) else TF, position=position, sha256=digest,
-                        source=source)
+    kind = PYTHON if python_mark(fn) else BATCH if is_batch_step(fn) else TF
+    record = StepRecord(spec=spec, kind=kind, position=position, sha256=digest, source=source)
     if record.kind == TF and check_trace:
         trace(fn, record)
+    if record.kind == BATCH and check_trace:
+        trace_batch(fn, record, image_size)
     return record, fn
+
+
+def check_order(records: Sequence[StepRecord]) -> None:
+    """StepRefused when a per-image step comes after a batch step: batch steps run after the resize, last."""
+    for before, after in zip(records, records[1:]):
+        if before.kind == BATCH and after.kind != BATCH:
+            raise StepRefused(f"{after.spec}: a {after.kind} step runs on each image before the resize, so it "
+                              f"cannot follow the batch step {before.spec} (batch steps run after the resize): "
+                              "give the batch steps last")
 
 
 def source_path(record: StepRecord) -> str:
@@ -304,7 +341,7 @@ def _load_carried(record: StepRecord) -> Callable[..., Any]:
         raise StepRefused(f"{path or record.spec}: step {record.spec}: the bytes it carries are not the recorded "
                           f"source (SHA-256 {digest[:12]}..., recorded {record.sha256[:12]}...)")
     fn = _function(_load_file(path, record.source), path, function)
-    kind = PYTHON if python_mark(fn) else TF
+    kind = PYTHON if python_mark(fn) else BATCH if is_batch_step(fn) else TF
     if kind != record.kind:
         raise StepRefused(f"{path}: step {record.spec} is now a {kind} step; the run recorded {record.kind}")
     return fn
@@ -338,7 +375,7 @@ def load_named(specs: Sequence[str], recorded: Sequence[StepRecord], where: str,
                               "function, unchanged")
         fn = (_function(_load_file(path, source), path, function) if source is not None
               else load(dataclasses.replace(record, spec=f"{module_name}:{function}")))
-        if (PYTHON if python_mark(fn) else TF) != record.kind:
+        if (PYTHON if python_mark(fn) else BATCH if is_batch_step(fn) else TF) != record.kind:
             raise StepRefused(f"{path}: {function} is not the {record.kind} step {where} recorded")
         loaded.append((record, fn))
     return loaded
@@ -392,6 +429,47 @@ def trace(fn: Callable[..., Any], record: StepRecord) -> Any:
         raise StepRefused(f"{_where(path, line)}: {record.name} cannot be traced as a TF step "
                           f"({error_line(error)}); {PYTHON_HINT}") from None
     return traced
+
+
+def trace_batch(fn: Callable[..., Any], record: StepRecord, image_size: int | None) -> Any:
+    """A `@batch_step` as a tf.function traced once for uint8 [None, S, S, 3]; StepRefused when it cannot be
+    traced or its output is not uint8 [N, S, S, 3]."""
+    import tensorflow as tf
+
+    traced = tf.function(fn, input_signature=[tf.TensorSpec([None, image_size, image_size, 3], tf.uint8,
+                                                            name="images")])
+    path = source_path(record)
+    try:
+        concrete = traced.get_concrete_function()
+    except Exception as error:  # noqa: BLE001 - any failure to trace is the refusal.
+        line = _line_in(error, path) or _definition_line(fn)
+        raise StepRefused(f"{_where(path, line)}: {record.name} cannot be traced as a batch step "
+                          f"({error_line(error)}); a batch step is TF ops on uint8 [N, S, S, 3]") from None
+    out = concrete.structured_outputs
+    if not isinstance(out, tf.Tensor) or out.dtype != tf.uint8 or not out.shape.is_compatible_with(
+            [None, image_size, image_size, 3]):
+        what = f"{out.dtype.name} {out.shape}" if isinstance(out, tf.Tensor) else type(out).__name__
+        raise StepRefused(f"{_where(path, _definition_line(fn))}: {record.name} returns {what}; a batch step "
+                          f"returns uint8 [N, S, S, 3], the shape it is given (S: --image_size)")
+    return traced
+
+
+def run_batch_steps(images: Any, steps: Sequence[tuple[str, Callable[..., Any]]]) -> Any:
+    """Runs traced `@batch_step`s on the resized uint8 [N, S, S, 3] images, in order.
+
+    A step that returns another shape than it was given fails the call (InvalidArgumentError naming the
+    step), as a step that raises does: the job then redoes its rows one at a time, each failing
+    `step_failed` with the message.
+    """
+    import tensorflow as tf
+
+    for name, fn in steps:
+        out = fn(images)
+        with tf.control_dependencies([tf.debugging.assert_equal(
+                tf.shape(out), tf.shape(images), message=f"{name} returned a batch of another shape than it was "
+                "given; a batch step returns uint8 [N, S, S, 3]")]):
+            images = tf.ensure_shape(tf.identity(out), images.shape)
+    return images
 
 
 def run_tf_steps(image: Any, steps: Sequence[tuple[str, Callable[..., Any]]]) -> tuple[Any, Any, Any]:

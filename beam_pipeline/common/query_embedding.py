@@ -103,7 +103,7 @@ class QueryEmbedder:
                                   "give no --image_step")
             return None
         if not step_specs:
-            python = next(step for step in info.image_steps if step.kind != steps.TF)
+            python = next(step for step in info.image_steps if step.kind == steps.PYTHON)
             raise StepsNeeded(f"{model_dir} takes images after the run's steps, and step {python.position + 1}, "
                               f"{python.spec}, is a Python step, which is loaded only when you name it: pass "
                               f"--image_step FILE.py:{python.name} for each of the run's "

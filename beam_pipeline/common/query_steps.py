@@ -45,7 +45,12 @@ class QuerySteps:
         self._resize = tf.function(resize, input_signature=[image_spec], autograph=False).get_concrete_function()
         self._op_error = tf.errors.OpError
         self._steps: list[tuple[str, str, Callable[[Any], Any]]] = []
+        # The `@batch_step`s run on the resized batch, after every per-image step (as in the job).
+        self._batch = [(record.name, image_steps.trace_batch(fn, record, config.image_size))
+                       for record, fn in loaded if record.kind == image_steps.BATCH]
         for record, fn in loaded:
+            if record.kind == image_steps.BATCH:
+                continue
             if record.kind == image_steps.PYTHON:
                 self._steps.append((record.name, record.kind, image_steps.python_caller(record, fn)))
             else:
@@ -85,4 +90,5 @@ class QuerySteps:
             if problem_text is not None:
                 raise failures.RowFailure(failures.STEP_BAD_OUTPUT, problem_text)
             image = np.ascontiguousarray(out)
-        return self._resize(image)
+        resized = self._resize(image)
+        return image_steps.run_batch_steps(resized[None], self._batch)[0] if self._batch else resized

@@ -182,8 +182,9 @@ def _ending(manifest: dict[str, Any], layout: RunFolder) -> list[SummaryRow]:
     return rows + errors
 
 
-def format_summary(manifest: dict[str, Any], layout: RunFolder) -> str:
-    """The human summary table printed at the end of a run (stored text escaped and cut: `terminal.shown`)."""
+def format_summary(manifest: dict[str, Any], layout: RunFolder, extra: Sequence[SummaryRow] = ()) -> str:
+    """The human summary table printed at the end of a run (stored text escaped and cut: `terminal.shown`);
+    `extra` rows (a job's own: each step's time) come before the time and output lines."""
     stats = manifest["statistics"]
     vocabulary = stats["label_vocabulary"]
     return _summary(
@@ -195,6 +196,7 @@ def format_summary(manifest: dict[str, Any], layout: RunFolder) -> str:
            ("pixel std (RGB)", ", ".join(f"{v:.2f}" for v in stats["pixel_std"])),
            ("labels", f"{len(vocabulary)}: {terminal.shown_list(vocabulary[:10])}"
                       f"{' ...' if len(vocabulary) > 10 else ''}")]
+        + list(extra)
         + _ending(manifest, layout))
 
 

@@ -95,7 +95,7 @@ class PredictLauncher(Launcher):
         if config.input_dir:
             self._check_job_output()
         elif self.export.steps_outside:  # Raw images would need the run's Python steps, which it cannot hold.
-            python = next(step for step in self.export.image_steps if step.kind != "tf")
+            python = next(step for step in self.export.image_steps if step.kind == "python")
             raise RefusedError(f"{config.model_dir} takes images after the run's steps (its step "
                                f"{python.position + 1}, {python.spec}, is a Python step): predict the job "
                                "output made with them (--input_dir), not raw images (--input_csv)")

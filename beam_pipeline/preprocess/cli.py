@@ -41,10 +41,14 @@ def resolved_steps(job):
     records = []
     for position, spec in enumerate(job.steps):
         try:
-            record = steps.resolve(spec, position)[0]
+            record = steps.resolve(spec, position, image_size=job.preprocess.image_size)[0]
         except steps.StepRefused as error:
             raise Refused(f"--image_step {spec}: {error}") from None
         records.append(record)
+    try:
+        steps.check_order(records)
+    except steps.StepRefused as error:
+        raise Refused(f"--image_step {error}") from None
     return dataclasses.replace(job, steps=tuple(records))
 
 
@@ -143,12 +147,26 @@ class PreprocessLauncher(Launcher):
     def fingerprint(self):
         return run_fingerprint(self.job, self.csv_summary)
 
+    def failure_line(self, error, run_log):
+        """A Python step that ended its process: one line naming it; the finished shards are kept."""
+        from beam_pipeline.preprocess.step_process import crash_line
+
+        current, depth = error, 0
+        while current is not None and depth < 20:  # The error and its causes (a runner may wrap it).
+            found = crash_line(str(current))
+            if found is not None:
+                return (f"error: {found}; the finished shards are kept: fix the step and run the same command "
+                        f"again to resume (details: {run_log.write(error)})")
+            current, depth = current.__cause__ or current.__context__, depth + 1
+        return None
+
     def run(self, finished_earlier, step, run_log):
         from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import StandardOptions
 
         from beam_pipeline.common import report
         from beam_pipeline.common.rows import all_shard_keys, shard_counts_for
+        from beam_pipeline.preprocess import step_timing
         from beam_pipeline.preprocess.pipeline import build_pipeline
         from tf_serving_input.layout import shard_name
 
@@ -180,18 +198,25 @@ class PreprocessLauncher(Launcher):
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
+        timing = step_timing.summarize(statuses, job.steps) if job.steps else None
+        if timing is not None:
+            manifest[step_timing.MANIFEST_KEY] = timing
         if "fetch" in manifest:
             manifest["fetch"] = fetched_this_run(manifest["fetch"], built, len(names))
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
-        terminal.result(report.format_summary(manifest, layout))
+        terminal.result(report.format_summary(manifest, layout, step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)
 
 
 def run(argv=None, prog=PROG):
     """Runs the job; returns the process exit code (0 ok, 1 failed, 2 refused before any work)."""
     job, beam_args = job_options.parse_args(sys.argv[1:] if argv is None else argv, prog)
+    if job.preview:  # No run: the steps on the first rows, in this process (docs/steps.md).
+        from beam_pipeline.preprocess.preview import run_preview
+
+        return run_preview(job, job.contact_sheet)
 
     from tf_serving_input.layout import OutputLayout
 

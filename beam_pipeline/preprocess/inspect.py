@@ -12,6 +12,7 @@ import sys
 
 from beam_pipeline.common import flags, terminal
 from beam_pipeline.common.contact_sheet import render_contact_sheet
+from beam_pipeline.preprocess import step_timing
 from tf_serving_input import features
 from tf_serving_input.layout import OutputLayout
 
@@ -53,6 +54,7 @@ def format_report(manifest):
     for step in manifest["config"].get("image_steps", ()):  # Shown, never loaded (docs/steps.md).
         spec = terminal.shown(step["spec"], terminal.PATH_WIDTH)
         lines.append(f"image step {step['position'] + 1}: {spec} ({step['kind']}, SHA-256 {step['sha256'][:12]}...)")
+    lines += [f"{name}: {value}" for name, value in step_timing.summary_rows(manifest)]  # Each step's time.
     for reason, count in manifest["failed_by_reason"].items():
         lines.append(f"failed: {reason}: {count}")
     return "\n".join(lines)
@@ -83,6 +85,8 @@ SUMMARY_FIELDS = ("rows", "written", "failed", "splits", "failed_by_reason", "st
 def summary(manifest, contact_sheet=None, samples=None):
     """The summary for programs (`--format json`): the manifest's counts and statistics, full text."""
     document = {name: manifest.get(name) for name in SUMMARY_FIELDS}
+    if step_timing.MANIFEST_KEY in manifest:  # A run with a Python step: each step's time per image.
+        document[step_timing.MANIFEST_KEY] = manifest[step_timing.MANIFEST_KEY]
     document["config"] = manifest["config"]["preprocess"]
     if contact_sheet:
         document["contact_sheet"] = {"path": contact_sheet, "images": samples}

@@ -11,6 +11,7 @@ from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.flags import DEFAULT_RUNNER, absolute_if_local, with_local_defaults
 from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES
 from beam_pipeline.common.urls import FetchConfig
+from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT as DEFAULT_STEP_TIMEOUT
 from tf_serving_input.features import IMAGE_FORMATS, RESIZE_MODES, PreprocessConfig
 from tf_serving_input.layout import LAYOUT_VERSION
 
@@ -33,6 +34,13 @@ class JobConfig:
     # The --image_step steps, in order, as recorded (tf_serving_input.steps.StepRecord); loaded and checked by
     # the launcher before any work.
     steps: tuple = ()
+    # --preview N: the steps on the first N rows in this process, a before/after sheet at `contact_sheet`, no run
+    # (beam_pipeline.preprocess.preview). Neither is part of the run's configuration.
+    preview: int = 0
+    contact_sheet: str = ""
+    # --step_timeout: seconds a Python step may take on one image (0: no limit, run in the worker). It only
+    # tunes running, as the URL timeouts do: not in to_dict, so a resume may change it.
+    step_timeout: float = DEFAULT_STEP_TIMEOUT
 
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
@@ -98,6 +106,17 @@ def build_parser(prog="beam-image-pipeline preprocess"):
                              "@python_step (from beam_pipeline import python_step) and runs on NumPy arrays in "
                              "the workers. A step that cannot work is refused before any shard is written; a "
                              "changed step's run is refused without --overwrite (docs/steps.md).")
+    parser.add_argument("--preview", type=int, default=0, metavar="N",
+                        help="Write no run: preprocess the first N rows in this process, with the --image_step "
+                             "steps and without, write a before/after contact sheet (--contact_sheet), print each "
+                             "step's time per image and the rows that fail with the reason the job would record.")
+    parser.add_argument("--contact_sheet", default="", metavar="PATH",
+                        help="With --preview: the PNG contact sheet to write (default: preview.png in the folder "
+                             "the command runs from).")
+    parser.add_argument("--step_timeout", type=float, default=JobConfig.step_timeout, metavar="SECONDS",
+                        help="Seconds a Python --image_step may take on one image: past it the row fails as "
+                             "step_timeout and the step's process is replaced, so the shard goes on. 0: no limit, "
+                             "and the Python steps run in the worker process itself (no guard; docs/steps.md).")
     flags.add_csv_flags(parser)
     flags.add_run_flags(parser)
     parser.add_argument("--retry_failed", action="store_true",
@@ -120,7 +139,13 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     except ValueError as error:
         parser.error(str(error))
     flags.check_run_flags(parser, args)
+    if not args.step_timeout >= 0 or args.step_timeout == float("inf"):
+        parser.error(f"--step_timeout {args.step_timeout:g}: give seconds > 0, or 0 for no limit")
     fetch = flags.url_config(parser, args)
+    if args.preview < 0:
+        parser.error(f"--preview {args.preview}: give a number of rows, 1 or more")
+    if args.contact_sheet and not args.preview:
+        parser.error("--contact_sheet is the sheet of --preview N: give --preview too")
     if args.retry_failed and args.overwrite:
         parser.error("--retry_failed adds to an earlier run's output; --overwrite would replace it: pass one")
     job = JobConfig(
@@ -129,5 +154,6 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
         columns=flags.csv_columns(args),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
-        fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step))
+        fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview,
+        contact_sheet=args.contact_sheet, step_timeout=args.step_timeout)
     return job, with_local_defaults(beam_args)

@@ -1,22 +1,29 @@
 """A run with a Python step (`@python_step`): each image decoded in TF, the steps run, then resized in TF.
 
-    rows = SteppedRows(config, codec, records)
+    rows = SteppedRows(config, codec, records, timeout=60.0)
     rows(datas)  # -> [(stored bytes, moments) or RowFailure], in order
+    rows.times.take()  # each step's seconds an image since the last take (step_timing)
+    rows.close()
 
 The job's per-image TensorFlow call is split in three: decode (and orient) ->
-the steps, in order (a Python step on the NumPy array, in this worker
-process, never in a tf.data thread; a TF step as its own traced call) ->
-resize, encode and moments. The same `preprocessing` functions as the
-one-call path (`decode_for_steps`, `run_tf_steps`, `resize_stepped`). Rows go
-one at a time: decoded images differ in size, and a Python step costs far more
-than a call. A run without a Python step never comes here. No Beam.
+the steps, in order (the Python steps in a child process of this worker,
+`step_process.StepProcess`, never in a tf.data thread; a TF step as its own
+traced call) -> resize, encode and moments. The same `preprocessing` functions
+as the one-call path (`decode_for_steps`, `run_tf_steps`, `resize_stepped`).
+Rows go one at a time: decoded images differ in size, and a Python step costs
+far more than a call. A run without a Python step never comes here. No Beam.
+
+`timeout` (--step_timeout) None runs the Python steps in this process: no
+timeout, no guard against a step that ends the process, its prints sent to
+stderr; what a step does to the process it runs in is then the worker's fate.
 """
 
+import contextlib
 import logging
-import traceback
+import sys
+import time
 
-import numpy as np
-
+from beam_pipeline.preprocess import step_process, step_timing
 from tf_serving_input import failures
 from tf_serving_input import steps as image_steps
 
@@ -26,7 +33,10 @@ _LOG = logging.getLogger(__name__)
 class SteppedRows:
     """File contents -> (stored bytes, moments) or RowFailure, through steps of which at least one is Python."""
 
-    def __init__(self, config, codec, records):
+    def __init__(self, config, codec, records, batch_steps=(), timeout=None, in_child=True):
+        """`batch_steps`: the traced `@batch_step`s, (name, function), run on each resized image as a batch of 1.
+        `timeout`: seconds a Python step may take on one image (None: no limit). `in_child`: run the Python
+        steps in a child process (`step_process`; needed for a timeout); False runs them here."""
         import tensorflow as tf
 
         from tf_serving_input.codecs import to_bytes
@@ -35,13 +45,21 @@ class SteppedRows:
 
         self._to_bytes = to_bytes
         self._op_error = tf.errors.OpError
-        self._steps = []  # (name, kind, callable on a NumPy image or a traced TF call)
+        self._timeout = timeout
+        self._steps = []  # (name, kind, position in the run, callable or the child's position of the Python step)
+        python_records = [record for record in records if record.kind == image_steps.PYTHON]
+        self._process = step_process.StepProcess(python_records, timeout) if in_child else None
         for record in records:
-            fn = image_steps.load(record)
-            if record.kind == image_steps.PYTHON:
-                self._steps.append((record.name, record.kind, image_steps.python_caller(record, fn)))
+            if record.kind == image_steps.TF:
+                call = self._tf_call(record, image_steps.load(record))
+            elif self._process is not None:
+                call = python_records.index(record)
             else:
-                self._steps.append((record.name, record.kind, self._tf_call(record, fn)))
+                call = image_steps.python_caller(record, image_steps.load(record))
+            self._steps.append((record.name, record.kind, record.position, call))
+        self.times = step_timing.StepTimes(len(self._steps))
+        if self._process is not None:
+            self._process.start()  # The set-up runs now, once for this worker (again after a timeout).
         placeholder = tf.zeros([1, 1, 3], tf.uint8)
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
@@ -55,10 +73,11 @@ class SteppedRows:
 
         @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
         def finish(image):
-            resized = resize_stepped(image, config)
+            resized = image_steps.run_batch_steps(resize_stepped(image, config)[None], batch_steps)[0]
             return codec.encode(resized, config), pixel_moments(resized[None])
 
         self._decode, self._finish = decode.get_concrete_function(), finish.get_concrete_function()
+        self._batch_names = " then ".join(name for name, _ in batch_steps)
 
     @staticmethod
     def _tf_call(record, fn):
@@ -82,13 +101,22 @@ class SteppedRows:
             return failures.describe_decode_failure(data, error)
         if int(problem):
             return failures.RowFailure(failures.PROBLEMS[int(problem)], detail.numpy().decode("utf-8"))
-        for name, kind, call in self._steps:
-            outcome = self._tf_step(name, call, image) if kind == image_steps.TF else self._python_step(name, call,
-                                                                                                       image)
+        for name, kind, position, call in self._steps:
+            started = time.perf_counter()
+            if kind == image_steps.TF:
+                outcome = self._tf_step(name, call, image)
+                self.times.add(position, time.perf_counter() - started)
+            else:
+                outcome = self._python_step(name, position, call, image)
             if isinstance(outcome, failures.RowFailure):
                 return outcome
             image = outcome
-        encoded, moments = self._finish(image)
+        try:
+            encoded, moments = self._finish(image)
+        except self._op_error as error:
+            if not self._batch_names:
+                raise  # Only a batch step fails here, as its row's failure (the resize cannot fail).
+            return failures.RowFailure(failures.STEP_FAILED, f"{self._batch_names}: {image_steps.error_line(error)}")
         return self._to_bytes(encoded.numpy()), moments.numpy()[0]
 
     def _tf_step(self, name, call, image):
@@ -100,16 +128,29 @@ class SteppedRows:
             return failures.RowFailure(failures.STEP_BAD_OUTPUT, detail.numpy().decode("utf-8"))
         return image
 
-    def _python_step(self, name, call, image):
+    def _python_step(self, name, position, call, image):
         pixels = image.numpy() if hasattr(image, "numpy") else image
-        pixels.flags.writeable = False  # The step gets a view it may not change in place; it returns its own.
-        try:
-            out = call(pixels)
-        except Exception as error:  # noqa: BLE001 - the step's failure is the row's, never the shard's.
+        if self._process is None:
+            pixels.flags.writeable = False  # The step gets a view it may not change in place; it returns its own.
+            # Its prints go to stderr (the run's log during a run), never to the command's stdout.
+            with contextlib.redirect_stdout(sys.stderr):
+                outcome = step_process.run_step(name, call, pixels)
+        else:
+            outcome = self._process.call(call, pixels)
+        self.times.add(position, outcome.seconds)
+        if isinstance(outcome, step_process.TimedOut):
+            _LOG.warning("--image_step %s ran past --step_timeout %g s on an image: stopped", name, self._timeout)
+            return failures.RowFailure(failures.STEP_TIMEOUT, f"{name}: still running after --step_timeout "
+                                       f"{self._timeout:g} s; stopped (its process replaced)")
+        if isinstance(outcome, step_process.Raised):
             # The traceback goes to the run's log (the launcher keeps the workers' warnings there).
-            _LOG.warning("--image_step %s raised:\n%s", name, "".join(traceback.format_exception(error)))
-            return failures.RowFailure(failures.STEP_FAILED, f"{name}: {image_steps.error_line(error)}")
-        problem = image_steps.python_output_problem(name, out)
-        if problem is not None:
-            return failures.RowFailure(failures.STEP_BAD_OUTPUT, problem)
-        return np.ascontiguousarray(out)
+            _LOG.warning("--image_step %s raised:\n%s", name, outcome.traceback)
+            return failures.RowFailure(failures.STEP_FAILED, outcome.line)
+        if isinstance(outcome, step_process.BadOutput):
+            return failures.RowFailure(failures.STEP_BAD_OUTPUT, outcome.problem)
+        return outcome.image
+
+    def close(self):
+        """Ends the Python steps' child process (if any)."""
+        if self._process is not None:
+            self._process.close()

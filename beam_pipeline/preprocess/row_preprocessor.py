@@ -13,6 +13,7 @@ the call is then redone one row at a time to tell which row, and why.
 """
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -23,6 +24,12 @@ from tf_serving_input import failures
 # file bytes one call holds.
 ROWS_PER_CALL = 8
 BYTES_PER_CALL = 32 * 1024 * 1024
+
+# The traced graph of a configuration without steps, kept for the process: a worker process makes a
+# RowPreprocessor per DoFn instance (and a process running jobs in memory, one per job), and each
+# trace plus its first call's graph optimization cost ~5 s of CPU (measured: 14 s of a 1-image run).
+_TRACED: dict = {}
+_TRACED_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +44,11 @@ class RowPreprocessor:
     """Turns Rows into (row, Written | RowFailure), in order, never raising for a bad row."""
 
     def __init__(self, config, max_file_bytes=DEFAULT_MAX_FILE_BYTES, read_file=read_image_bytes,
-                 rows_per_call=ROWS_PER_CALL, steps=()):
+                 rows_per_call=ROWS_PER_CALL, steps=(), step_timeout=None):
         """`steps`: the run's --image_step records (`tf_serving_input.steps.StepRecord`), loaded here, each
-        from its recorded file and only when its SHA-256 matches."""
+        from its recorded file and only when its SHA-256 matches. `@batch_step`s (last) run on each call's
+        resized batch. `step_timeout`: --step_timeout's seconds (None: its default; 0: the Python steps run
+        in this process, with no timeout)."""
         import tensorflow as tf
 
         from beam_pipeline.common.records import example_bytes
@@ -65,27 +74,36 @@ class RowPreprocessor:
         failed_image = tf.zeros([size, size, 3], tf.uint8)
         image_spec = tf.TensorSpec([size, size, 3], tf.uint8)
         stores_pixels = self._codec.stores_pixels
+        # The batch steps run on the resized batch, after map_fn: each call's images are then encoded after them.
+        batch_steps = [(record.name, image_steps.trace_batch(image_steps.load(record), record, size))
+                       for record in steps if record.kind == image_steps.BATCH]
+        steps = tuple(record for record in steps if record.kind != image_steps.BATCH)
+        encode_each = not stores_pixels and not batch_steps
         # Raw storage stores the images themselves: map_fn stacks them once, not twice.
-        outputs = ((image_spec,) if stores_pixels else (image_spec, self._codec.encoded_spec(size))) + (
+        outputs = ((image_spec, self._codec.encoded_spec(size)) if encode_each else (image_spec,)) + (
             tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.string))
 
         # A Python step splits the call in three (decode -> steps -> resize): python_steps.SteppedRows.
         self._stepped_rows = None
         if any(record.kind == image_steps.PYTHON for record in steps):
             from beam_pipeline.preprocess.python_steps import SteppedRows
+            from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT
 
-            self._stepped_rows = SteppedRows(config, self._codec, steps)
-            steps = ()
+            timeout = DEFAULT_TIMEOUT if step_timeout is None else step_timeout
+            self._stepped_rows = SteppedRows(config, self._codec, steps, batch_steps, timeout=timeout or None,
+                                             in_child=bool(timeout))
+            steps, batch_steps = (), []
         # The TF steps, traced once each; a bad output is one more problem index past failures.PROBLEMS.
         self._steps = [(record.name, image_steps.trace(image_steps.load(record), record)) for record in steps]
+        self._batch_steps = batch_steps
         self._reasons = failures.PROBLEMS + (failures.STEP_BAD_OUTPUT,)
         self._prefixes = {}  # The first k steps only, traced to tell which step raised (or the decode).
 
-        def build(tf_steps):
+        def build(tf_steps, batch=()):
             # autograph=False: the graph below is explicit tf.cond / map_fn (steps keep theirs: steps.trace).
             @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
             def preprocess(datas):
-                return preprocess_all(datas, tf_steps)
+                return preprocess_all(datas, tf_steps, batch)
 
             # Called as its concrete function, on a string tensor: ~90 us a call less than through
             # tf.function's argument binding (~180 us a call in all, one call every ROWS_PER_CALL rows).
@@ -104,7 +122,7 @@ class RowPreprocessor:
                 lambda: (failed_image, tf.constant(False), tf.constant("")))
             return image, tf.where(bad, len(failures.PROBLEMS), problem), detail
 
-        def preprocess_all(datas, tf_steps):
+        def preprocess_all(datas, tf_steps, batch):
             def one(data):
                 problem, image_format, height_width = inspect_image(data, config.max_pixels)
                 image, problem, step_detail = stepped(data, image_format, height_width, problem, tf_steps)
@@ -118,16 +136,39 @@ class RowPreprocessor:
                         else found()
 
                 detail = tf.cond(tf.equal(problem, 0), lambda: tf.constant(""), failed_detail)
-                encoded = () if stores_pixels else (self._codec.encode(image, config),)
+                encoded = (self._codec.encode(image, config),) if encode_each else ()
                 return (image, *encoded, problem, detail)
 
             # parallel_iterations=1: one decoded source image (up to max_pixels) alive at a time.
             images, *rest = tf.map_fn(one, datas, fn_output_signature=outputs, parallel_iterations=1)
+            if batch:  # The rows that failed are black images in the batch; their outputs are dropped.
+                images = image_steps.run_batch_steps(images, batch)
+            if batch and not stores_pixels:
+                rest.insert(0, tf.map_fn(lambda image: self._codec.encode(image, config), images,
+                                         fn_output_signature=self._codec.encoded_spec(size)))
             encoded = images if stores_pixels else rest.pop(0)
             return (encoded, pixel_moments(images), *rest)  # Moments of the whole batch in one go.
 
         self._build = build
-        self._preprocess = None if self._stepped_rows is not None else build(self._steps)
+        if self._stepped_rows is not None:
+            self._preprocess = None
+        elif self._steps or self._batch_steps:
+            self._preprocess = build(self._steps, self._batch_steps)
+        else:  # The graph depends on the configuration alone (the codec comes from it).
+            with _TRACED_LOCK:
+                if config not in _TRACED:
+                    _TRACED[config] = build((), ())
+                self._preprocess = _TRACED[config]
+
+    def take_step_times(self):
+        """Each step's times an image since the last take (a shard status's `step_times`), or None when the
+        steps are not timed (no step, or TF steps only: fused into one call)."""
+        return self._stepped_rows.times.take() if self._stepped_rows is not None else None
+
+    def close(self):
+        """Ends the Python steps' child process, if any."""
+        if self._stepped_rows is not None:
+            self._stepped_rows.close()
 
     def __call__(self, rows):
         """Yields (row, Written or RowFailure) for every row, in order, reading each row's file here.
@@ -192,12 +233,14 @@ class RowPreprocessor:
 
     def _step_failure(self, data, error):
         """The step_failed RowFailure when the image decodes without the steps (so a step raised), else None."""
-        if not self._steps:
+        every = self._steps + self._batch_steps  # The batch steps last, as they run.
+        if not every:
             return None
         failing = None
-        for count in range(len(self._steps)):  # Without the steps, then with the first, the first two, ...
+        for count in range(len(every)):  # Without the steps, then with the first, the first two, ...
             if count not in self._prefixes:
-                self._prefixes[count] = self._build(self._steps[:count])
+                self._prefixes[count] = self._build(self._steps[:count],
+                                                    self._batch_steps[:max(0, count - len(self._steps))])
             try:
                 self._prefixes[count]([data])
             except self._op_error:
@@ -205,7 +248,7 @@ class RowPreprocessor:
                 break
         if failing == -1:
             return None  # The decode itself failed: the image's own failure.
-        name = self._steps[len(self._steps) - 1 if failing is None else failing][0]
+        name = every[len(every) - 1 if failing is None else failing][0]
         message = failures.op_error_message(error).encode("unicode_escape").decode("ascii")
         message = message if len(message) <= 200 else message[:197] + "..."
         return failures.RowFailure(failures.STEP_FAILED, f"{name}: {type(error).__name__}: {message}")

@@ -29,6 +29,7 @@ from beam_pipeline.common.rows import failure_record
 from beam_pipeline.common.runners import configure_tensorflow_threads
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from beam_pipeline.common.urls import FetchConfig, is_http_url
+from beam_pipeline.preprocess import step_timing
 from beam_pipeline.preprocess.analysis import DESIRED_BATCH_SIZE, to_record_batch
 from beam_pipeline.preprocess.row_order import InRowOrder
 from beam_pipeline.preprocess.row_preprocessor import BYTES_PER_CALL, ROWS_PER_CALL, RowPreprocessor, Written
@@ -100,9 +101,11 @@ class WriteShardFn(beam.DoFn):
     """
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=csv_source.DEFAULT_MAX_FILE_BYTES,
-                 stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False, steps=()):
+                 stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False, steps=(),
+                 step_timeout=None):
         self._layout = OutputLayout(output_dir)
         self._steps = tuple(steps)  # StepRecords: each worker loads them (SHA-256 checked) in setup.
+        self._step_timeout = step_timeout
         self._config = preprocess_config
         self._shard_counts = dict(shard_counts)
         self._max_file_bytes = max_file_bytes
@@ -118,9 +121,12 @@ class WriteShardFn(beam.DoFn):
     def setup(self):
         configure_tensorflow_threads()
         skip_final_collection()
-        self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes, steps=self._steps)
+        self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes, steps=self._steps,
+                                             step_timeout=self._step_timeout)
 
     def teardown(self):
+        if self._preprocessor is not None:
+            self._preprocessor.close()  # A Python step's child process.
         if self._row_reader is not None:
             self._row_reader.close()
             self._row_reader = None
@@ -214,6 +220,7 @@ class WriteShardFn(beam.DoFn):
 
     def _write(self, split, shard_index, name, rows):
         started = time.time()
+        self._preprocessor.take_step_times()  # This shard's times only.
         failed, labels, fetched = [], [], {}
         moments = np.zeros(MOMENTS, np.int64)
         with ShardFileWriter(self._layout, name) as shard:
@@ -224,9 +231,11 @@ class WriteShardFn(beam.DoFn):
                     labels.append(row.label.encode("utf-8"))
                 else:  # Any per-row failure is recorded, never raised.
                     failed.append(failure_record(row, outcome))
+            step_times = self._preprocessor.take_step_times()
             status = shard.publish({
                 "split": split, "index": shard_index, "num_shards": self._shard_counts[split],
                 "rows": len(rows), "failed": failed, "pixel_moments": moments.tolist(),
                 "started": round(started, 3), "seconds": round(time.time() - started, 3),
-                "worker_pid": os.getpid(), **({"fetch": fetched} if fetched else {})})
+                "worker_pid": os.getpid(), **({"fetch": fetched} if fetched else {}),
+                **({step_timing.STATUS_KEY: step_times} if step_times else {})})
         return dict(status, resumed=False), labels

@@ -19,6 +19,7 @@ from benchmarks import (
     search,
     shrink,
     stages,
+    steps,
     storage,
     ui,
     url_rows,
@@ -66,6 +67,13 @@ def parse_args(argv, description):
                         help="Only the job's sections (1: the job against its baselines, 5: the stage table), on "
                              "both photo sets; prints the ratios and leaves the docs alone (~10 min with "
                              "--memory_factor 4).")
+    parser.add_argument("--section", choices=["steps"], default=None,
+                        help="Run one section alone on the light set, print its ratios and leave the docs alone: "
+                             "'steps' (9: a user's own --image_step, Python and TF, against a sequential loop and "
+                             "tf.py_function; smoke: --section steps --light_images 12 --step_images 6 "
+                             "--memory_factor 2 --repetitions 1).")
+    parser.add_argument("--step_images", type=int, default=200,
+                        help="Light photos the Python-step comparisons use (section 9; at ~40 ms a photo).")
     args = parser.parse_args(argv)
     if args.repetitions < 1:
         parser.error("--repetitions must be at least 1")
@@ -83,6 +91,14 @@ def main(argv=None, description=None):
 
     bench = Bench(args, args.workdir, Results(), PreprocessConfig().to_dict())
     say = bench.results.say
+    if args.section == "steps":  # The light set alone: no photographs to fetch.
+        light = data.make_set("light", bench.work, data.sample_photos(), args.light_images or args.images, data.LIGHT)
+        say(f"dataset: {len(light.images)} light JPEGs ({light.average_kib:.0f} KiB avg); {os.cpu_count()} cores; "
+            f"{args.repetitions} interleaved repetitions; section 9 alone")
+        steps.measure(bench, light)
+        for ratio in bench.results.ratios:
+            say(f"{ratio.name} [{ratio.images}]: {ratio.summary()}{f'; {ratio.note}' if ratio.note else ''}")
+        return 0
     photos = data.fetch_photos(args.photos_dir)
     heavy = data.make_set("heavy", bench.work, photos, args.images, data.HEAVY)
     light = data.make_set("light", bench.work, data.sample_photos(), args.light_images or args.images, data.LIGHT)
@@ -107,6 +123,7 @@ def main(argv=None, description=None):
     stages.measure(bench, (heavy, light))
     fit.measure(bench)
     url_rows.measure(bench, light)
+    steps.measure(bench, light)
     quality.measure(bench)
     quality_job.measure(bench, jobs["heavy"])
 

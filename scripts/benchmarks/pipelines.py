@@ -20,10 +20,13 @@ def _rows(csv_path):
     return tf.data.experimental.CsvDataset(csv_path, [tf.string, tf.string], header=True, select_cols=[0, 1])
 
 
-def after_pipeline(csv_path, mean, std, batch):
+def after_pipeline(csv_path, mean, std, batch, step=None):
     """The guide's 'after': decode and resize with TF ops in parallel maps, normalize per batch, prefetch.
 
-    One pass over the CSV's rows (repeat it to measure a rate).
+    One pass over the CSV's rows (repeat it to measure a rate). `step`: a Python function on NumPy
+    uint8 [H, W, 3] (a user's own step), run between decode and resize the usual way,
+    `map(tf.py_function(step), num_parallel_calls=AUTOTUNE)`: each call takes the GIL, so only a step
+    that releases it inside (NumPy's array loops) runs on several tf.data threads at once.
     """
     import tensorflow as tf
 
@@ -42,8 +45,15 @@ def after_pipeline(csv_path, mean, std, batch):
     def normalize(images, labels):
         return (images - mean_t) / std_t, labels
 
-    return (_rows(csv_path).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-            .map(resize_crop, num_parallel_calls=tf.data.AUTOTUNE)
+    def run_step(image, label):
+        out = tf.py_function(lambda pixels: step(pixels.numpy()), [image], tf.uint8)
+        out.set_shape([None, None, 3])
+        return out, label
+
+    rows = _rows(csv_path).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    if step is not None:
+        rows = rows.map(run_step, num_parallel_calls=tf.data.AUTOTUNE)
+    return (rows.map(resize_crop, num_parallel_calls=tf.data.AUTOTUNE)
             .batch(batch).map(normalize, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE))
 
 

@@ -57,6 +57,17 @@ MEANING = {
     "fit_accuracy_difference": "largest validation accuracy difference between those reader fits and the arrays fit",
     "url_rows_vs_files": ("the job on URL rows served 50 ms away (loopback, one host, --url_per_host 64) vs on the "
                           "same files, marginal"),
+    "step_gil_job_vs_loop": ("the job with a pure-Python, GIL-bound step (--image_step, 2 workers, marginal) vs "
+                             "a sequential loop of decode, step, resize (moonshot 1.9)"),
+    "step_numpy_job_vs_loop": ("the job with a NumPy filter step that releases the GIL vs that sequential loop "
+                               "(moonshot 1.9)"),
+    "step_gil_job_vs_py_function": ("the job with the GIL-bound step vs 'after' with the step in tf.py_function "
+                                    "(AUTOTUNE)"),
+    "step_numpy_job_vs_py_function": ("the job with the NumPy filter step vs 'after' with it in tf.py_function "
+                                      "(AUTOTUNE)"),
+    "step_memory_ratio": "peak RSS of the job with a Python step (launcher + workers), memory_factor x N vs N rows",
+    "tf_step_job_vs_no_step": ("the job with a trivial TF step (identity, --image_step) vs the job without one, "
+                               "marginal"),
 }
 
 

@@ -38,6 +38,13 @@ TARGETS = {
     "fit_cached_jpeg_vs_arrays": (0.9, True),
     "fit_accuracy_difference": (0.01, False),  # The same accuracy, within 0.01.
     "url_rows_vs_files": (0.9, True),  # Issue 40: fetching 50 ms away hidden behind the preprocessing.
+    # Issue 51: a user's own Python step on 2 workers (moonshot 1.9 against the loop).
+    "step_gil_job_vs_loop": (1.7, True),
+    "step_numpy_job_vs_loop": (1.7, True),
+    "step_gil_job_vs_py_function": (1.6, True),
+    "step_numpy_job_vs_py_function": (1.0, True),
+    "step_memory_ratio": (1.3, False),
+    "tf_step_job_vs_no_step": (0.95, True),
 }
 
 # Measured on each photo set (heavy and light) by its section, not once: job.py, reader.py, end_to_end.py.

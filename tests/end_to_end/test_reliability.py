@@ -56,13 +56,16 @@ def run_job_here(csv_path, out, *extra):
 
 @pytest.fixture(scope="module")
 def big_dataset(tmp_path_factory, loopback):
-    """48 images of ~1600x1200, a missing file, a duplicate row and a URL row, in train and validation."""
+    """48 images of 400x300, a missing file, a duplicate row and a URL row, in train and validation.
+
+    Small: the interrupting tests hold the URL row (HOLD), so a run cannot finish before its signal lands
+    whatever the images cost (1600x1200 photos made each of the five runs here pay for decoding them)."""
     folder = tmp_path_factory.mktemp("big")
     rng = np.random.default_rng(5)
     rows = []
     for i in range(48):
         name = f"photo {i}.jpg"
-        (folder / name).write_bytes(imaging.encode(imaging.photo_like(rng, 1200, 1600), "JPEG", quality=90))
+        (folder / name).write_bytes(imaging.encode(imaging.photo_like(rng, 300, 400), "JPEG", quality=90))
         rows.append([name, "xyz"[i % 3], "validation" if i % 6 == 0 else "train"])
     rows += [["absent.jpg", "x", "train"], ["photo 1.jpg", "y", "train"]]
     loopback.route(HELD_PATH, held_unless_released(imaging.encode(imaging.photo_like(rng, 60, 80), "JPEG")))
@@ -125,6 +128,7 @@ def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, u
     out = tmp_path / "out"
     # SIGINT to the launcher alone (`kill -INT`; Ctrl-C in a terminal reaches its workers too), while a worker
     # waits on a URL its server holds: the launcher stops its workers instead of waiting minutes for them.
+    RELEASE.clear()  # An earlier test released its held request: hold this run's.
     HOLD.set()
     try:
         process, workers = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGINT,
@@ -148,12 +152,20 @@ def test_ctrl_c_is_one_line_exit_130_and_the_same_command_resumes(big_dataset, u
     assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)
 
 
-def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, tmp_path):
+def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, loopback, tmp_path):
     out = tmp_path / "out"
-    # The launcher alone, mid-run: its worker processes die with it.
-    process, workers = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGKILL,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    process.wait()
+    held_before = loopback.requests(HELD_PATH)
+    # The launcher alone, mid-run (its URL row held, so the run cannot have finished): its workers die with it.
+    RELEASE.clear()  # An earlier test released its held request: hold this run's.
+    HOLD.set()
+    try:
+        process, workers = signal_mid_run(job_command(big_dataset, out, "--num_shards", "12"), out, signal.SIGKILL,
+                                          until=lambda: loopback.requests(HELD_PATH) > held_before,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process.wait()
+    finally:
+        HOLD.clear()
+        RELEASE.set()
     assert workers
     assert_gone(workers)
     status_dir = out / OutputLayout.STATUS_DIR

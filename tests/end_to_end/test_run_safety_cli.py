@@ -19,9 +19,10 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_succeeds(t
     folder.mkdir()
     rng = np.random.default_rng(5)
     rows = []
-    for i in range(24):  # Large photos: the first run is still busy when the second starts.
-        (folder / f"p{i}.jpg").write_bytes(imaging.encode(rng.integers(0, 256, (900, 1200, 3), dtype=np.uint8),
-                                                          "JPEG", quality=90))
+    # Small photos: the first run holds its lock from before its worker processes start (each imports
+    # TensorFlow for seconds) to its end, and the second, in this process, checks it at once.
+    for i in range(24):
+        (folder / f"p{i}.jpg").write_bytes(imaging.encode(imaging.photo_like(rng, 300, 400), "JPEG", quality=90))
         rows.append([f"p{i}.jpg", "xy"[i % 2]])
     imaging.write_csv(folder / "in.csv", ["path", "label"], rows)
     out = tmp_path / "out"

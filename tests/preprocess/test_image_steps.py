@@ -6,6 +6,7 @@ run: the full suite); the everyday ones run in process without a pipeline (`RowP
 stop before any work).
 """
 
+import dataclasses
 import json
 import os
 import textwrap
@@ -55,6 +56,14 @@ HOSTILE = textwrap.dedent('''\
 
     def two(image, other):
         return image
+
+
+    import beam_pipeline
+
+
+    @beam_pipeline.batch_step
+    def reverse_channels(images):  # After the resize, on the whole batch: RGB -> BGR.
+        return images[..., ::-1]
     ''')
 
 
@@ -64,7 +73,8 @@ def solid_png(red, green=20, blue=30):
 
 @pytest.fixture(scope="module")
 def stepped(tmp_path_factory):
-    """The job run with `hostile` then `invert`: (output_dir, folder, steps file, result)."""
+    """The job run with `hostile`, `invert` then the batch step `reverse_channels`: (output_dir, folder, steps
+    file, result)."""
     folder = tmp_path_factory.mktemp("steps")
     steps_file = folder / "my_steps.py"
     steps_file.write_text(HOSTILE)
@@ -78,7 +88,7 @@ def stepped(tmp_path_factory):
     result = in_process.run_module(
         "beam_pipeline", "--input_csv", folder / "in.csv", "--output_dir", out, "--image_size", SIZE,
         "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:hostile",
-        "--image_step", f"{steps_file}:invert")
+        "--image_step", f"{steps_file}:invert", "--image_step", f"{steps_file}:reverse_channels")
     return out, folder, steps_file, result
 
 
@@ -88,8 +98,8 @@ def test_tf_steps_run_in_the_job_in_order_and_fail_only_their_rows(stepped):
     assert result.returncode == 0, result.stderr
     stored = {example["image/source"].decode(): example["pixels"] for example in outputs.all_examples(out)}
     assert sorted(stored) == ["photo.jpg", "plain.png"]
-    # A flat image stays flat through the resize: the stored pixels are the inverted colour.
-    assert (stored["plain.png"] == [245, 235, 225]).all()
+    # A flat image stays flat through the resize: the stored pixels are the inverted colour, channels reversed.
+    assert (stored["plain.png"] == [225, 235, 245]).all()
     manifest = outputs.manifest(out)
     by_source = {failure["source"]: failure for failure in outputs.errors(out)}
     assert by_source["raises.png"]["reason"] == failures.STEP_FAILED
@@ -103,10 +113,12 @@ def test_tf_steps_run_in_the_job_in_order_and_fail_only_their_rows(stepped):
     report = inspect.format_report(manifest)
     assert f"image step 1: {steps_file}:hostile (tf, SHA-256 " in report
     assert f"image step 2: {steps_file}:invert (tf, SHA-256 " in report
+    assert f"image step 3: {steps_file}:reverse_channels (batch, SHA-256 " in report
     recorded = manifest["config"]["image_steps"]
     digest = steps._file_digest(str(steps_file))
     assert recorded == [{"spec": f"{steps_file}:hostile", "kind": "tf", "position": 0, "sha256": digest},
-                        {"spec": f"{steps_file}:invert", "kind": "tf", "position": 1, "sha256": digest}]
+                        {"spec": f"{steps_file}:invert", "kind": "tf", "position": 1, "sha256": digest},
+                        {"spec": f"{steps_file}:reverse_channels", "kind": "batch", "position": 2, "sha256": digest}]
 
 
 @pytest.mark.slow  # A whole job run (the module's `stepped`): the full suite's, not the everyday lane.
@@ -137,7 +149,8 @@ def test_export_serves_raw_bytes_through_the_same_steps(stepped, tmp_path):
     with pytest.raises(tf.errors.InvalidArgumentError, match="step_bad_output"):
         serve(image_bytes=[(folder / "empty.png").read_bytes()])
     info = json.loads((tmp_path / "export" / "assets.extra" / "beam_image_pipeline.json").read_text())
-    assert [step["spec"].rpartition(":")[2] for step in info["image_steps"]] == ["hostile", "invert"]
+    assert [step["spec"].rpartition(":")[2] for step in info["image_steps"]] == ["hostile", "invert",
+                                                                                "reverse_channels"]
 
 
 @pytest.mark.slow  # A whole job run (the module's `stepped`): the full suite's, not the everyday lane.
@@ -151,7 +164,7 @@ def test_a_changed_step_is_refused_on_rerun_and_at_export_unless_overwrite(stepp
         again = in_process.run_module(
             "beam_pipeline", "--input_csv", folder / "in.csv", "--output_dir", out, "--image_size", SIZE,
             "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:hostile",
-            "--image_step", f"{steps_file}:invert")
+            "--image_step", f"{steps_file}:invert", "--image_step", f"{steps_file}:reverse_channels")
         assert again.returncode == 2, again.stderr
         [line] = [line for line in again.stderr.splitlines() if line.startswith("error:")]
         assert "different input or configuration" in line and "--overwrite" in line
@@ -228,8 +241,8 @@ def test_the_documented_example_step_traces():
     assert record.kind == steps.TF and record.spec.endswith("sample_data/steps/gray_world.py:gray_world")
 
 
-PYTHON_STEPS = HOSTILE + textwrap.dedent('''\
-
+# NumPy only: a Python step's module is imported again in each step process (TensorFlow would cost seconds).
+PYTHON_STEPS = textwrap.dedent('''\
     import numpy as np
 
     from beam_pipeline import python_step
@@ -272,22 +285,31 @@ PYTHON_FAILURES = {
 
 
 def test_a_python_step_runs_between_decode_and_resize_once_set_up(tmp_path):
-    """decode -> Python step (set up once per process) -> TF step -> resize, each row failing on its own."""
+    """decode -> Python step (set up once per step process) -> TF step -> resize, each row failing on its own;
+    in a child process by default, in this one with --step_timeout 0."""
     from tf_serving_input.codecs import parse_record
 
-    steps_file = tmp_path / "py_steps.py"
-    steps_file.write_text(PYTHON_STEPS)
-    records = tuple(steps.resolve(f"{steps_file}:{name}", position)[0]
-                    for position, name in enumerate(["brighten", "invert"]))
+    (tmp_path / "py_steps.py").write_text(PYTHON_STEPS)
+    (tmp_path / "tf_steps.py").write_text(HOSTILE)
+    records = tuple(steps.resolve(spec, position)[0] for position, spec in
+                    enumerate([f"{tmp_path / 'py_steps.py'}:brighten", f"{tmp_path / 'tf_steps.py'}:invert"]))
     assert [record.kind for record in records] == [steps.PYTHON, steps.TF]
     config = PreprocessConfig(image_size=SIZE)
     rows = rows_of(tmp_path, PYTHON_ROWS)
-    outcomes = dict((row.source, outcome) for row, outcome in RowPreprocessor(config, steps=records)(rows))
-    image, _ = parse_record(outcomes.pop("plain.png").record, config)
-    assert (image.numpy() == [255 - 15, 255 - 25, 255 - 35]).all()  # Brightened by the set-up's 5, inverted.
-    assert outcomes.pop("text.png").reason == failures.NOT_AN_IMAGE
-    assert outcomes == {name: failure for name, failure in PYTHON_FAILURES.items()}
-    RowPreprocessor(config, steps=records)  # A second one in the same process: no second set-up.
+    for step_timeout in (None, 0):
+        preprocessor = RowPreprocessor(config, steps=records, step_timeout=step_timeout)
+        outcomes = dict((row.source, outcome) for row, outcome in preprocessor(rows))
+        preprocessor.close()
+        image, _ = parse_record(outcomes.pop("plain.png").record, config)
+        assert (image.numpy() == [255 - 15, 255 - 25, 255 - 35]).all()  # Brightened by the set-up's 5, inverted.
+        assert outcomes.pop("text.png").reason == failures.NOT_AN_IMAGE
+        assert outcomes == {name: failure for name, failure in PYTHON_FAILURES.items()}
+        set_up_in = {int(path.name.rpartition("_")[2]) for path in tmp_path.glob("set_up_in_*")}
+        if step_timeout is None:  # Set up once, in the step process: not in this one.
+            assert len(set_up_in) == 1 and os.getpid() not in set_up_in
+            assert steps.load(records[0]).__globals__["SET_UPS"] == []
+    assert os.getpid() in set_up_in  # --step_timeout 0: in this process, once, even for a second preprocessor.
+    RowPreprocessor(config, steps=records, step_timeout=0)
     assert steps.load(records[0]).__globals__["SET_UPS"] == [1]
 
 
@@ -352,6 +374,12 @@ def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_
     steps_file = tmp_path / "py_steps.py"
     # A TF step with a Python `if` too: AutoGraph converts it from its source, which the worker has only as bytes.
     steps_file.write_text(PYTHON_STEPS + textwrap.dedent('''
+        import tensorflow as tf
+
+
+        def invert(image):
+            return 255 - image
+
 
         def halve_if_bright(image):
             if tf.reduce_min(image) > 250:
@@ -379,3 +407,141 @@ def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_
     with pytest.raises(steps.StepRefused, match=r"py_steps.py: step .*:brighten: the bytes it carries are not the "
                                                 r"recorded source"):
         steps.load(tampered[0])
+
+
+BATCH_STEPS = textwrap.dedent('''\
+    import tensorflow as tf
+
+    from beam_pipeline import batch_step, python_step
+
+
+    @batch_step
+    def halve_red(images):  # Raises for a batch holding the colour (200, 20, 30) (after the resize).
+        refused = tf.reduce_all(tf.equal(images[:, 0, 0], tf.constant([200, 20, 30], tf.uint8)), axis=-1)
+        tf.debugging.Assert(tf.logical_not(tf.reduce_any(refused)), ["red 200 refused"])
+        return tf.concat([images[..., :1] // 2, images[..., 1:]], axis=-1)
+
+
+    @batch_step
+    def drop_one(images):
+        return images[1:]
+
+
+    @batch_step
+    def gray(images):
+        return tf.cast(images, tf.float32)
+
+
+    @python_step
+    def as_is(image):
+        return image
+    ''')
+
+
+@pytest.mark.slow  # Three preprocessors traced anew (41 s of a loaded everyday lane): the full suite's.
+def test_a_batch_step_runs_on_the_resized_batch_and_fails_only_its_rows(tmp_path):
+    """Stored = step(resized): the job's call with the batch step against the same rows without it."""
+    from tf_serving_input.codecs import parse_record
+
+    steps_file = tmp_path / "batch_steps.py"
+    steps_file.write_text(BATCH_STEPS)
+    halve, _ = steps.resolve(f"{steps_file}:halve_red", 0, image_size=SIZE)
+    assert halve.kind == steps.BATCH
+    rows = rows_of(tmp_path, [("a.jpg", imaging.encode(imaging.quadrants(20, 24), "JPEG")), ("b.png", solid_png(40)),
+                              ("red.png", solid_png(200)), ("text.png", b"no image")])
+    config = PreprocessConfig(image_size=SIZE, image_format="png")  # Encoded after the batch step.
+
+    def stored(preprocessor):
+        return {row.source: parse_record(outcome.record, config)[0].numpy() if hasattr(outcome, "record")
+                else outcome for row, outcome in preprocessor(rows)}
+
+    before, after = stored(RowPreprocessor(config)), stored(RowPreprocessor(config, steps=(halve,)))
+    for name in ("a.jpg", "b.png"):
+        expected = before[name].copy()
+        expected[..., 0] //= 2
+        assert isinstance(after[name], np.ndarray) and (after[name] == expected).all(), (name, after[name])
+    assert after["red.png"].reason == failures.STEP_FAILED and after["red.png"].detail.startswith("halve_red: ")
+    assert "red 200 refused" in after["red.png"].detail
+    assert after["text.png"].reason == failures.NOT_AN_IMAGE
+    # With a Python step (one row at a time), the batch step runs on each resized image as a batch of one.
+    as_is, _ = steps.resolve(f"{steps_file}:as_is", 0)
+    with_python = stored(RowPreprocessor(config, steps=(as_is, dataclasses.replace(halve, position=1))))
+    assert (with_python["b.png"] == after["b.png"]).all() and with_python["red.png"].reason == failures.STEP_FAILED
+
+
+def test_a_batch_step_that_cannot_work_or_comes_before_a_per_image_step_is_refused(tmp_path):
+    steps_file = tmp_path / "batch_steps.py"
+    steps_file.write_text(BATCH_STEPS)
+    with pytest.raises(steps.StepRefused, match=r"gray returns float32 \(None, 8, 8, 3\); a batch step returns uint8"):
+        steps.resolve(f"{steps_file}:gray", 0, image_size=SIZE)
+    drop_one, _ = steps.resolve(f"{steps_file}:drop_one", 0, image_size=SIZE)  # Its shape is only known at run time.
+    import tensorflow as tf
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="drop_one returned a batch of another shape"):
+        steps.run_batch_steps(tf.zeros([2, SIZE, SIZE, 3], tf.uint8),
+                              [("drop_one", steps.trace_batch(steps.load(drop_one), drop_one, SIZE))])
+    halve, _ = steps.resolve(f"{steps_file}:halve_red", 0, image_size=SIZE)
+    invert, _ = steps.resolve(f"{HOSTILE_FILE(tmp_path)}:invert", 1)
+    with pytest.raises(steps.StepRefused, match="cannot follow the batch step .*give the batch steps last"):
+        steps.check_order([halve, invert])
+    steps.check_order([invert, halve])
+
+
+def HOSTILE_FILE(tmp_path):  # noqa: N802 - reads as the file it is.
+    path = tmp_path / "user_steps.py"
+    path.write_text(HOSTILE)
+    return path
+
+
+@pytest.mark.slow  # Traces the job's graph twice, with and without the steps: the full suite's.
+def test_preview_runs_the_steps_on_the_first_rows_and_writes_no_run(tmp_path, capsys):
+    """--preview N: before/after sheet, each step's time, failures with the job's reasons; no output folder."""
+    from PIL import Image
+
+    from beam_pipeline.preprocess import options
+    from beam_pipeline.preprocess.preview import run_preview
+
+    steps_file = HOSTILE_FILE(tmp_path)
+    # No row that raises: that row's call is redone one row at a time, tracing more (covered by the job's tests).
+    files = [("plain.png", solid_png(10)), ("empty.png", solid_png(9)), ("text.png", b"no image"),
+             ("not_previewed.png", solid_png(10))]
+    for name, data in files:
+        (tmp_path / name).write_bytes(data)
+    imaging.write_csv(tmp_path / "in.csv", ["path", "label"], [[name, "a"] for name, _ in files])
+    job, _ = options.parse_args(["--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(tmp_path / "out"),
+                                 "--image_size", str(SIZE), "--image_step", f"{steps_file}:hostile",
+                                 "--image_step", f"{steps_file}:invert", "--preview", "3",
+                                 "--contact_sheet", str(tmp_path / "sheet.png")])
+    assert run_preview(job, job.contact_sheet) == 0
+    said = capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
+    assert "step 1 hostile (tf): " in said and "step 2 invert (tf): " in said and " ms an image (median of " in said
+    assert "1 rows written, 2 failed" in said
+    assert "empty.png (line 3): step_bad_output: hostile returned uint8 of shape [0 10 3]" in said
+    assert "text.png (line 4): not_an_image: " in said and "not_previewed" not in said
+    assert Image.open(tmp_path / "sheet.png").size == (2 * (SIZE + 4), 3 * (SIZE + 14 + 4))  # 3 rows, before | after
+
+
+def test_preview_flags_are_checked():
+    from beam_pipeline.preprocess import options
+
+    with pytest.raises(SystemExit):
+        options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--contact_sheet", "s.png"])
+    job, _ = options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--preview", "2"])
+    assert job.preview == 2 and "preview" not in job.to_dict()  # Not the run's configuration.
+
+
+def test_the_opencv_example_crops_a_face_and_passes_a_faceless_image_on():
+    """sample_data/steps/face_crop.py on two sample photos (skipped without the [opencv] extra)."""
+    pytest.importorskip("cv2")
+    from PIL import Image
+
+    record, fn = steps.resolve("sample_data/steps/face_crop.py:face_crop", 0, cwd=outputs.REPO_ROOT)
+    assert record.kind == steps.PYTHON
+    call = steps.python_caller(record, fn)
+    images = os.path.join(outputs.REPO_ROOT, "sample_data", "images")
+    astronaut = np.asarray(Image.open(os.path.join(images, "astronaut", "astronaut_040.jpg")).convert("RGB"))
+    cat = np.asarray(Image.open(os.path.join(images, "cat", "cat_016.jpg")).convert("RGB"))
+    face = call(astronaut)
+    assert face.dtype == np.uint8 and face.shape[2] == 3 and face.shape[0] * face.shape[1] < astronaut.size // 6
+    assert (call(cat) == cat).all()

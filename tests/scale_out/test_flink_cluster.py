@@ -172,9 +172,10 @@ def test_predict_job_on_the_standing_cluster_matches_the_local_run(small_run, sm
     assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
 
 
-def make_slow_dataset(folder, rows=160, distinct=6):
-    """`rows` rows over a few 12-megapixel JPEGs, each row a full decode (~0.15 s): a shard-writing
-    step that lasts ~12 s on each of two TaskManagers. Plus one missing file."""
+def make_slow_dataset(folder, rows=64, distinct=6):
+    """`rows` rows over a few 12-megapixel JPEGs, each row a full decode (0.15-0.4 s): a shard-writing
+    step of 24 shards that lasts 5-12 s on each of two TaskManagers, well past the first shard, when the
+    kill lands (160 rows made each of the test's three runs pay for 96 more decodes). Plus one missing file."""
     rng = np.random.default_rng(3)
     for i in range(distinct):
         (folder / f"photo {i}.jpg").write_bytes(imaging.encode(imaging.photo_like(rng, 3000, 4000), "JPEG",

@@ -21,7 +21,7 @@ SCRIPTS = os.path.join(outputs.REPO_ROOT, "scripts")
 SCRIPT = os.path.join(SCRIPTS, "benchmark.py")
 sys.path.insert(0, SCRIPTS)
 
-from benchmarks import cli, data, stages, storage  # noqa: E402
+from benchmarks import cli, data, stages, steps, storage  # noqa: E402
 from benchmarks.harness import MachineShare, Results  # noqa: E402
 from benchmarks.report import README_BEGIN, README_END  # noqa: E402
 from benchmarks.targets import PER_IMAGE_SET, STAGES_TABLE, STORAGE_TABLE, TARGETS  # noqa: E402
@@ -66,6 +66,7 @@ def test_every_section_module_imports_and_the_command_explains_itself():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--repetitions" in result.stdout and "ratios against baselines" in result.stdout
     assert "--job_only" in result.stdout
+    assert "--section {steps}" in result.stdout and "--step_images" in result.stdout
 
 
 @pytest.fixture
@@ -171,3 +172,45 @@ def test_the_pair_findings_peak_memory_is_its_own_not_its_launchers(tmp_path):
                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([outputs.REPO_ROOT, SCRIPTS])))
     del held
     assert json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_bytes"] < 2**30
+
+
+
+def test_the_steps_sections_steps_load_as_the_job_loads_them_and_return_new_images():
+    """Section 9's steps (no timing asserted): G and R load as Python steps and the trivial one as a TF step,
+    through the job's loader; G and R return a new uint8 image of their read-only input's shape."""
+    import numpy as np
+
+    import imaging
+    from tf_serving_input import steps as image_steps
+
+    kinds = {function: image_steps.resolve(steps.spec(function), 0, check_trace=False)[0].kind
+             for function in ("gil_equalize", "numpy_blur", steps.TF_STEP)}
+    assert kinds == {"gil_equalize": "python", "numpy_blur": "python", steps.TF_STEP: "tf"}
+    image = imaging.photo_like(np.random.default_rng(5), 30, 40)
+    image.flags.writeable = False  # As the job passes it.
+    for key, (_, function, _) in steps.PYTHON_STEPS.items():
+        out = steps.load_step(function)(image)
+        assert out.dtype == np.uint8 and out.shape == image.shape and not np.array_equal(out, image), key
+
+
+@pytest.mark.slow  # 3-4 s of tracing and tf.data on an idle 2-core machine (6-9 s under load): the full suite's.
+def test_the_steps_sections_loop_and_py_function_pipeline_run_its_steps_over_files(tmp_path):
+    """Section 9's baselines on 3 small JPEGs (no timing asserted; its job runs are the benchmark's): the
+    sequential loop (the job's decode and resize functions) and 'after' with tf.py_function run the steps."""
+    import numpy as np
+
+    import imaging
+    from tf_serving_input.features import PreprocessConfig
+
+    rng = np.random.default_rng(5)
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"{i}.jpg"))
+        with open(paths[-1], "wb") as f:
+            f.write(imaging.encode(imaging.photo_like(rng, 60 + 8 * i, 80), "JPEG"))
+    csv_path = data.write_csv(str(tmp_path / "rows.csv"), [(path, "a") for path in paths])
+    for _, function, _ in steps.PYTHON_STEPS.values():
+        assert steps.py_function_rate(csv_path, function, batch=2) > 0
+    # Once, not per step: each call traces the job's decode and resize anew.
+    rate, step_seconds = steps.sequential_loop(paths, PreprocessConfig().to_dict(), "gil_equalize", warm_up=1)
+    assert rate > 0 and step_seconds > 0
