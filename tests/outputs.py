@@ -17,7 +17,8 @@ from tf_serving_input.layout import OutputLayout, PredictionLayout
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Keys of manifest.json that legitimately differ between two runs of the same input.
-RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions")
+# step_timing: each --image_step's measured time per image (beam_pipeline/preprocess/step_timing.py).
+RUN_SPECIFIC_KEYS = ("runner", "wall_seconds", "images_per_second", "created", "versions", "step_timing")
 
 
 def layout(out):
