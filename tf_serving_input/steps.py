@@ -421,13 +421,22 @@ def trace(fn: Callable[..., Any], record: StepRecord) -> Any:
     import tensorflow as tf
 
     traced = tf.function(fn, input_signature=[tf.TensorSpec([None, None, 3], tf.uint8, name="image")])
+    path = source_path(record)
     try:
-        traced.get_concrete_function()
+        out = traced.get_concrete_function().structured_outputs
     except Exception as error:  # noqa: BLE001 - any failure to trace is the refusal.
-        path = source_path(record)
         line = _line_in(error, path) or _definition_line(fn)
         raise StepRefused(f"{_where(path, line)}: {record.name} cannot be traced as a TF step "
                           f"({error_line(error)}); {PYTHON_HINT}") from None
+    # What the trace already shows cannot be an image fails every row: refused now, not row by row (a float
+    # output, another rank or channel count). What only the data shows (an empty image) stays a row's failure.
+    if isinstance(out, tf.Tensor):
+        shape = out.shape
+        wrong = out.dtype != tf.uint8 or (shape.rank is not None and (
+            shape.rank != 3 or shape[-1] not in (None, 3)))
+        if wrong:
+            raise StepRefused(f"{_where(path, _definition_line(fn))}: {record.name} returns {out.dtype.name} of "
+                              f"shape {shape}; a TF step returns uint8 [h, w, 3]")
     return traced
 
 

@@ -106,7 +106,7 @@ def build_parser(prog="beam-image-pipeline preprocess"):
                              "@python_step (from beam_pipeline import python_step) and runs on NumPy arrays in "
                              "the workers. A step that cannot work is refused before any shard is written; a "
                              "changed step's run is refused without --overwrite (docs/steps.md).")
-    parser.add_argument("--preview", type=int, default=0, metavar="N",
+    parser.add_argument("--preview", type=int, default=None, metavar="N",
                         help="Write no run: preprocess the first N rows in this process, with the --image_step "
                              "steps and without, write a before/after contact sheet (--contact_sheet), print each "
                              "step's time per image and the rows that fail with the reason the job would record.")
@@ -142,7 +142,7 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     if not args.step_timeout >= 0 or args.step_timeout == float("inf"):
         parser.error(f"--step_timeout {args.step_timeout:g}: give seconds > 0, or 0 for no limit")
     fetch = flags.url_config(parser, args)
-    if args.preview < 0:
+    if args.preview is not None and args.preview < 1:
         parser.error(f"--preview {args.preview}: give a number of rows, 1 or more")
     if args.contact_sheet and not args.preview:
         parser.error("--contact_sheet is the sheet of --preview N: give --preview too")
@@ -154,6 +154,6 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
         columns=flags.csv_columns(args),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
-        fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview,
+        fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview or 0,
         contact_sheet=args.contact_sheet, step_timeout=args.step_timeout)
     return job, with_local_defaults(beam_args)

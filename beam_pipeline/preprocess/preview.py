@@ -44,10 +44,18 @@ def run_preview(job, contact_sheet=None):
     if not rows:
         print(f"error: {job.input_csv} has no data rows to preview", file=sys.stderr)
         return 2
+    from beam_pipeline.preprocess.step_process import StepCrashed, crash_line
+
     reads = {row.key: _read(row, job.max_file_bytes) for row in rows}
-    # The timings first: a Python step's set-up runs once per process, and its time is measured there.
-    timings = step_timings(job, [reads[row.key] for row in rows if isinstance(reads[row.key], bytes)])
-    before, after = _outcomes(job, rows, reads, ()), _outcomes(job, rows, reads, job.steps)
+    try:
+        # The Python steps run as in a worker: in a step process, under --step_timeout, timed there.
+        after, python_times = _outcomes(job, rows, reads, job.steps)
+        before, _ = _outcomes(job, rows, reads, ())
+        timings = step_timings(job, [reads[row.key] for row in rows if isinstance(reads[row.key], bytes)],
+                               python_times)
+    except StepCrashed as crashed:  # A step that ended its process, or a set-up that failed or hung.
+        print(f"error: {crash_line(str(crashed))}", file=sys.stderr)
+        return 1
     render_preview(rows, before, after, job.preprocess, sheet)
     terminal.result(format_preview(job, rows, after, timings, sheet))
     return 0
@@ -63,23 +71,31 @@ def _read(row, max_file_bytes):
 
 
 def _outcomes(job, rows, reads, steps):
-    """{row key: the stored image (uint8 [S, S, 3]) or its RowFailure}, through the job's RowPreprocessor."""
+    """({row key: the stored image (uint8 [S, S, 3]) or its RowFailure}, the steps' times as a shard status
+    holds them or None), through the job's RowPreprocessor."""
     from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
     from tf_serving_input.codecs import parse_record
 
-    preprocessor = RowPreprocessor(job.preprocess, job.max_file_bytes, steps=steps)
-    batch = [(position, row, reads[row.key]) for position, row in enumerate(rows)]
-    outcomes = {}
-    for start in range(0, len(batch), 8):  # At most ROWS_PER_CALL rows a call, as the job's reader gives them.
-        for _, row, outcome in preprocessor.preprocess_batch(batch[start:start + 8]):
-            if not isinstance(outcome, failures.RowFailure):
-                outcome = parse_record(outcome.record, job.preprocess)[0].numpy()
-            outcomes[row.key] = outcome
-    return outcomes
+    preprocessor = RowPreprocessor(job.preprocess, job.max_file_bytes, steps=steps, step_timeout=job.step_timeout)
+    try:
+        batch = [(position, row, reads[row.key]) for position, row in enumerate(rows)]
+        outcomes = {}
+        for start in range(0, len(batch), 8):  # At most ROWS_PER_CALL rows a call, as the job's reader gives them.
+            for _, row, outcome in preprocessor.preprocess_batch(batch[start:start + 8]):
+                if not isinstance(outcome, failures.RowFailure):
+                    outcome = parse_record(outcome.record, job.preprocess)[0].numpy()
+                outcomes[row.key] = outcome
+        return outcomes, preprocessor.take_step_times()
+    finally:
+        preprocessor.close()
 
 
-def step_timings(job, datas):
-    """[(record, [seconds an image], set-up seconds or None)] of each step, on the images it gets in the job."""
+def step_timings(job, datas, python_times=None):
+    """[(record, [seconds an image], set-up seconds or None)] of each step, on the images it gets in the job.
+
+    A Python step is never called here (it could hang or end this process): its times are those its step
+    process measured (`python_times`, a shard status's `step_times`), given as their mean; a TF step after it
+    is timed on the image before it."""
     import tensorflow as tf
 
     from tf_serving_input import steps as image_steps
@@ -102,9 +118,7 @@ def step_timings(job, datas):
         fn = image_steps.load(record)
         set_up = None
         if record.kind == image_steps.PYTHON:
-            started = time.perf_counter()
-            call = image_steps.python_caller(record, fn)
-            set_up = time.perf_counter() - started if image_steps.python_mark(fn).setup else None
+            call = None
         elif record.kind == image_steps.BATCH:
             call = image_steps.trace_batch(fn, record, config.image_size)
         else:
@@ -126,8 +140,9 @@ def step_timings(job, datas):
                 break
             if image.shape.rank != 3:
                 break
-            given = image.numpy() if record.kind == image_steps.PYTHON else image
-            out = _timed(call, given, times[index])
+            if record.kind == image_steps.PYTHON:
+                continue  # Timed in its step process (below).
+            out = _timed(call, image, times[index])
             if out is None:
                 break  # The step failed on this image: the sheet shows how; later steps never see it.
             image = tf.constant(out)
@@ -141,6 +156,10 @@ def step_timings(job, datas):
                 break
             images = tf.constant(out)
             times[index] = [spent[0] / len(resized)] * len(resized)
+    for taken in python_times or ():
+        record = job.steps[taken["position"]]
+        if record.kind == image_steps.PYTHON and taken["images"]:
+            times[taken["position"]] = [taken["seconds"] / taken["images"]] * taken["images"]
     return list(zip(job.steps, times, set_ups))
 
 
@@ -196,6 +215,8 @@ def format_preview(job, rows, after, timings, sheet):
     for record, times, set_up in timings:
         if times and record.kind == image_steps.BATCH:  # One timed call on the batch of every row's image.
             took = f"{times[0] * 1000:.1f} ms an image (one batch of {len(times)})"
+        elif times and record.kind == image_steps.PYTHON:  # Its step process's total over the images.
+            took = f"{times[0] * 1000:.1f} ms an image (mean of {len(times)}, in its step process)"
         elif times:
             took = (f"{statistics.median(times) * 1000:.1f} ms an image (median of {len(times)}; "
                     f"max {max(times) * 1000:.1f} ms)")

@@ -55,7 +55,10 @@ class SteppedRows:
             elif self._process is not None:
                 call = python_records.index(record)
             else:
-                call = image_steps.python_caller(record, image_steps.load(record))
+                try:
+                    call = image_steps.python_caller(record, image_steps.load(record))
+                except RuntimeError as error:  # Its set-up failed: the run's one line names it (as in a child).
+                    raise step_process.StepCrashed(f"{step_process.CRASH_MARK} {error}") from error
             self._steps.append((record.name, record.kind, record.position, call))
         self.times = step_timing.StepTimes(len(self._steps))
         if self._process is not None:
@@ -133,8 +136,12 @@ class SteppedRows:
         if self._process is None:
             pixels.flags.writeable = False  # The step gets a view it may not change in place; it returns its own.
             # Its prints go to stderr (the run's log during a run), never to the command's stdout.
-            with contextlib.redirect_stdout(sys.stderr):
-                outcome = step_process.run_step(name, call, pixels)
+            try:
+                with contextlib.redirect_stdout(sys.stderr):
+                    outcome = step_process.run_step(name, call, pixels)
+            except SystemExit as exiting:  # It would end this worker: the run ends, naming the step.
+                raise step_process.StepCrashed(f"{step_process.CRASH_MARK} --image_step {name} called sys.exit"
+                                               f"({exiting.code!r}) on an image") from None
         else:
             outcome = self._process.call(call, pixels)
         self.times.add(position, outcome.seconds)

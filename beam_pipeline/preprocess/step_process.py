@@ -121,7 +121,14 @@ class TimedOut:
 
 
 class StepCrashed(RuntimeError):
-    """A step ended the process it ran in (`os._exit`, `sys.exit`, a signal such as SIGSEGV)."""
+    """A step ended the process it ran in (`os._exit`, `sys.exit`, a signal such as SIGSEGV), or its set-up
+    failed or never finished: no row of the worker can run, so the run fails, naming the step."""
+
+
+def setup_bound(timeout: float | None) -> float | None:
+    """Seconds the steps' set-up may take in a step process: ten images' worth of --step_timeout (a set-up
+    loads a model or a cascade once; one that hangs must not stall the run); None without a timeout."""
+    return None if timeout is None else 10 * timeout
 
 
 def crash_line(text: str) -> str | None:
@@ -196,13 +203,19 @@ class StepProcess:
                                                                                              writable=False)
         # The records themselves: a file step's carried bytes go with them (the child never reads the path).
         self._requests.send((list(sys.path), self._records))
+        bound = setup_bound(self._timeout)
         try:
+            if bound is not None and not self._answers.poll(bound):
+                self._kill()
+                named = ", ".join(record.spec for record in self._records)
+                raise StepCrashed(f"{CRASH_MARK} the set-up of --image_step {named} did not finish within "
+                                  f"{bound:g} s (10 x --step_timeout)")
             ready = self._answers.recv()
         except (EOFError, OSError):
             raise self._crashed(None, "while loading the steps") from None
         if ready is not None:
             self.close()
-            raise RuntimeError(ready)
+            raise StepCrashed(f"{CRASH_MARK} {ready}")  # The run's one line names the step and why.
 
     def call(self, position: int, pixels: Any) -> Ran | Raised | BadOutput | TimedOut:
         """Runs the Python step at `position` (of the records given) on one image."""

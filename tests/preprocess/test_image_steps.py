@@ -195,6 +195,8 @@ def refusal(tmp_path, spec):
     (HOSTILE, "missing", "no function 'missing' (functions there: as_float, as_list, hostile, invert, "),
     (HOSTILE, "two", ":27: two takes 2 parameters; a step takes 1: the image"),
     (HOSTILE, "python_only", ":23: python_only cannot be traced as a TF step (AttributeError: "),
+    # What its trace shows cannot be an image (the hostile trial: every row failed instead).
+    (HOSTILE, "as_float", ":15: as_float returns float32 of shape (None, None, 3); a TF step returns uint8 [h, w, 3]"),
 ])
 def test_a_step_that_cannot_work_is_refused_before_any_work(tmp_path, source, function, expected):
     steps_file = tmp_path / "user_steps.py"
@@ -220,12 +222,18 @@ def rows_of(tmp_path, files):
 
 
 def test_a_step_whose_output_is_never_an_image_fails_every_row(tmp_path):
+    """An output whose rank only running it shows (a py_function's: its trace cannot tell): every row fails."""
     steps_file = tmp_path / "user_steps.py"
-    steps_file.write_text(HOSTILE)
-    record, _ = steps.resolve(f"{steps_file}:as_float", 0)
+    steps_file.write_text(HOSTILE + textwrap.dedent('''
+
+
+        def gray_at_run(image):
+            return tf.py_function(lambda x: x[..., 0], [image], Tout=tf.uint8)
+    '''))
+    record, _ = steps.resolve(f"{steps_file}:gray_at_run", 0)
     preprocessor = RowPreprocessor(PreprocessConfig(image_size=SIZE), steps=(record,))
     outcomes = list(preprocessor(rows_of(tmp_path, [("a.png", solid_png(10)), ("b.png", solid_png(12))])))
-    detail = "as_float returned float32 (None, None, 3); a step returns uint8 [h, w, 3]"
+    detail = "gray_at_run returned uint8 of shape [12 10]; a step returns uint8 [h >= 1, w >= 1, 3]"
     assert [outcome for _, outcome in outcomes] == [failures.RowFailure(failures.STEP_BAD_OUTPUT, detail)] * 2
 
 
@@ -527,6 +535,9 @@ def test_preview_flags_are_checked():
 
     with pytest.raises(SystemExit):
         options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--contact_sheet", "s.png"])
+    for preview in ("0", "-3"):  # 0 ran the whole job (hostile trial): a preview of no row is refused.
+        with pytest.raises(SystemExit):
+            options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--preview", preview])
     job, _ = options.parse_args(["--input_csv", "a.csv", "--output_dir", "out", "--preview", "2"])
     assert job.preview == 2 and "preview" not in job.to_dict()  # Not the run's configuration.
 

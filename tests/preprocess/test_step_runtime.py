@@ -92,6 +92,28 @@ def test_a_step_that_ends_its_process_raises_step_crashed_naming_it_and_a_fresh_
         process.close()
 
 
+def test_a_set_up_that_fails_or_hangs_ends_the_run_in_one_line_naming_the_step(tmp_path):
+    """Found by the hostile trial: a set-up that raised gave 'RuntimeError: ... RuntimeError' with the wrong fix, and
+    one that hung stalled the run forever, whatever --step_timeout. Now each is a StepCrashed (the run's one line),
+    a hang bounded by 10 x --step_timeout, in a step process and (a failure) in the worker alike."""
+    shutil.copy(HOSTILE, tmp_path / "hostile.py")
+    failing, hanging = (steps.resolve(f"{tmp_path / 'hostile.py'}:{name}", 0)[0]
+                        for name in ("failing_set_up", "hanging_set_up"))
+    with pytest.raises(step_process.StepCrashed) as crashed:
+        step_process.StepProcess([failing], timeout=TIMEOUT).start()
+    assert step_process.crash_line(str(crashed.value)) == (
+        f"the set-up of step {failing.spec} failed: RuntimeError: set-up boom")
+    process = step_process.StepProcess([hanging], timeout=0.2)
+    with pytest.raises(step_process.StepCrashed) as crashed:
+        process.start()
+    assert step_process.crash_line(str(crashed.value)) == (
+        f"the set-up of --image_step {hanging.spec} did not finish within 2 s (10 x --step_timeout)")
+    process.close()
+    with pytest.raises(step_process.StepCrashed) as crashed:  # --step_timeout 0: set up in this process.
+        RowPreprocessor(PreprocessConfig(image_size=SIZE), steps=(failing,), step_timeout=0)
+    assert "set-up boom" in step_process.crash_line(str(crashed.value))
+
+
 def test_a_python_step_gets_a_read_only_image_and_may_return_a_view_of_it(tmp_path):
     (tmp_path / "views.py").write_text(
         "from beam_pipeline import python_step\n\n\n@python_step\ndef top(image):\n    return image[:2]\n\n\n"
@@ -184,3 +206,32 @@ def test_step_timeout_flag():
         with pytest.raises(SystemExit) as refused:
             options.parse_args(argv + ["--step_timeout", bad])
         assert refused.value.code == 2
+
+
+@pytest.mark.slow  # The preview traces the job's graph twice.
+def test_a_preview_runs_python_steps_as_the_job_does_under_the_timeout_and_a_crash_is_one_line(tmp_path, capsys):
+    """Found by the hostile trial: --preview called a Python step in its own process, so a step that never returned
+    hung the preview whatever --step_timeout, and sys.exit ended the command silently (exit 3)."""
+    from beam_pipeline.preprocess import options
+    from beam_pipeline.preprocess.preview import run_preview
+
+    record = hostile_record(tmp_path)
+    for red in (1, 250, 251):
+        (tmp_path / f"red_{red}.png").write_bytes(png(red))
+
+    def preview(*reds):
+        imaging.write_csv(tmp_path / "in.csv", ["path", "label"], [[f"red_{red}.png", "a"] for red in reds])
+        job, _ = options.parse_args(["--input_csv", str(tmp_path / "in.csv"), "--output_dir", str(tmp_path / "out"),
+                                     "--image_size", str(SIZE), "--image_step", record.spec, "--step_timeout", "1",
+                                     "--preview", str(len(reds)), "--contact_sheet", str(tmp_path / "sheet.png")])
+        return run_preview(job, job.contact_sheet), capsys.readouterr()
+
+    code, said_ = preview(1, 250)
+    assert code == 0, said_.err
+    assert "red_250.png (line 3): step_timeout: hostile: still running after --step_timeout 1 s" in said_.out
+    assert "step 1 hostile (python): " in said_.out and "in its step process" in said_.out
+    code, said_ = preview(1, 251)
+    assert code == 1 and said.problems(said_.err) == [
+        f"error: --image_step {record.spec} ended the process it runs in on an image (exit status 3: os._exit or "
+        "sys.exit in the step?)"], said_.err
+    assert not (tmp_path / "out").exists()

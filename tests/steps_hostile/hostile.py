@@ -9,6 +9,7 @@ of several rows meets them all. NumPy only: a step's module is imported in each 
     anything else  passed on as it is
 
 Every call prints to stdout first, through Python and straight to file descriptor 1.
+`failing_set_up` and `hanging_set_up` are steps whose set-up raises or never returns.
 """
 
 import os
@@ -35,4 +36,23 @@ def hostile(image):
         os._exit(7)
     if red == 253:
         os.kill(os.getpid(), signal.SIGSEGV)
+    return image.copy()
+
+
+def _failing_set_up():
+    raise RuntimeError("set-up boom")
+
+
+def _hanging_set_up():
+    while True:
+        time.sleep(3600)
+
+
+@python_step(setup=_failing_set_up)
+def failing_set_up(image, state):
+    return image.copy()
+
+
+@python_step(setup=_hanging_set_up)
+def hanging_set_up(image, state):
     return image.copy()
