@@ -13,6 +13,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 for _variable in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
     os.environ.setdefault(_variable, "1")
 
+import signal  # noqa: E402
+
+# Ctrl-C's tests (tests/common/test_worker_stop.py, test_reliability.py) send SIGINT to this process and to the
+# commands it starts, which inherit its disposition: a suite started as a background job of a shell without job
+# control (`cmd &` in a script) ignores SIGINT, and those tests then failed waiting for an interrupt.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 import pytest  # noqa: E402
 
 # The tests' HTTP servers are on loopback: a proxy a machine exports (CI may) must not stand in between.

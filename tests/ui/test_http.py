@@ -502,7 +502,8 @@ def test_an_export_that_names_a_step_never_runs_it_unless_the_user_names_it(ui_i
                                                           "steps_outside": True}))
     query = tmp_path / "query.png"
     query.write_bytes(imaging.encode(imaging.quadrants(ui_run.SIZE, ui_run.SIZE), "PNG"))
-    search = ("--image", query, "--model_dir", export, "--database", ui_inputs["database"])
+    # The session's database holds other tests' tables too: the UI run's is named.
+    search = ("--image", query, "--model_dir", export, "--database", ui_inputs["database"], "--table", ui_run.TABLE)
 
     unnamed = in_process.search(*search)
     assert unnamed.returncode == 2, unnamed.stderr[-2000:]
@@ -515,7 +516,8 @@ def test_an_export_that_names_a_step_never_runs_it_unless_the_user_names_it(ui_i
     changed = in_process.search(*search, "--image_step", f"{other}:mark")
     assert changed.returncode == 2 and "is not step 1 of" in changed.stderr, changed.stderr[-2000:]
     ui = in_process.ui_start("--input_dir", ui_inputs["job"], "--predictions_dir", ui_inputs["predictions"],
-                             "--model_dir", export, "--database", ui_inputs["database"], "--port", scaleout.free_port())
+                             "--model_dir", export, "--database", ui_inputs["database"], "--table", ui_run.TABLE,
+                             "--port", scaleout.free_port())
     assert ui.returncode == 2, ui.stderr[-2000:]
     [problem] = said.problems(ui.stderr)  # One line (the index's first-start notice aside).
     assert "--image_step FILE.py:mark" in problem, problem
