@@ -760,6 +760,20 @@ def decode_for_steps(data: tf.Tensor | bytes, image_format: tf.Tensor, height_wi
 
 
 @_graph_ops
+def inspect_and_decode_for_steps(data: tf.Tensor | bytes,
+                                 config: PreprocessConfig) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(the image the steps see, problem index, detail) of image bytes: a problem (`failures.PROBLEMS`) gives a
+    1x1 black image and its detail, "" otherwise. What the job's stepped rows, its preview and a query decode."""
+    problem, image_format, height_width = inspect_image(data, config.max_pixels)
+    ok = tf.equal(problem, 0)
+    image = tf.cond(ok, lambda: decode_for_steps(data, image_format, height_width, config),
+                    lambda: tf.zeros([1, 1, 3], tf.uint8))
+    detail = tf.cond(ok, lambda: tf.constant(""),
+                     lambda: problem_detail(problem, image_format, height_width, config.max_pixels))
+    return image, problem, detail
+
+
+@_graph_ops
 def resize_stepped(image: tf.Tensor, config: PreprocessConfig) -> tf.Tensor:
     """What the steps returned, resized to the stored [S, S, 3], with the filter its own size chooses."""
     return resize_image(image, config.image_size, config.resize_mode)

@@ -481,6 +481,17 @@ def run_batch_steps(images: Any, steps: Sequence[tuple[str, Callable[..., Any]]]
     return images
 
 
+def tf_step_call(fn: Callable[..., Any], record: StepRecord) -> Any:
+    """One TF step as its own call on uint8 [H, W, 3] -> `run_tf_steps`'s (image, bad, detail): for the paths
+    that run steps one at a time (a run with a Python step, a query image)."""
+    import tensorflow as tf
+
+    traced = trace(fn, record)
+    return tf.function(lambda image: run_tf_steps(image, [(record.name, traced)]),
+                       input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)],
+                       autograph=False).get_concrete_function()
+
+
 def run_tf_steps(image: Any, steps: Sequence[tuple[str, Callable[..., Any]]]) -> tuple[Any, Any, Any]:
     """Runs traced TF steps on uint8 [H, W, 3]: (uint8 [h, w, 3], bad output (bool), detail (string)).
 

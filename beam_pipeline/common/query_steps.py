@@ -24,17 +24,10 @@ class QuerySteps:
     def __init__(self, config: Any, loaded: Sequence[tuple[image_steps.StepRecord, Callable[..., Any]]]) -> None:
         import tensorflow as tf
 
-        from tf_serving_input.preprocessing import decode_for_steps, inspect_image, problem_detail, resize_stepped
-
-        placeholder = tf.zeros([1, 1, 3], tf.uint8)
+        from tf_serving_input.preprocessing import inspect_and_decode_for_steps, resize_stepped
 
         def decode(data: Any) -> Any:
-            problem, image_format, height_width = inspect_image(data, config.max_pixels)
-            ok = tf.equal(problem, 0)
-            image = tf.cond(ok, lambda: decode_for_steps(data, image_format, height_width, config), lambda: placeholder)
-            detail = tf.cond(ok, lambda: tf.constant(""),
-                             lambda: problem_detail(problem, image_format, height_width, config.max_pixels))
-            return image, problem, detail
+            return inspect_and_decode_for_steps(data, config)
 
         def resize(image: Any) -> Any:
             return resize_stepped(image, config)
@@ -54,11 +47,7 @@ class QuerySteps:
             if record.kind == image_steps.PYTHON:
                 self._steps.append((record.name, record.kind, image_steps.python_caller(record, fn)))
             else:
-                traced = image_steps.trace(fn, record)
-                call = tf.function(lambda image, name=record.name, traced=traced: image_steps.run_tf_steps(
-                    image, [(name, traced)]), input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)],
-                    autograph=False)
-                self._steps.append((record.name, record.kind, call))
+                self._steps.append((record.name, record.kind, image_steps.tf_step_call(fn, record)))
 
     def __call__(self, data: bytes) -> Any:
         import numpy as np

@@ -99,7 +99,7 @@ def step_timings(job, datas, python_times=None):
     import tensorflow as tf
 
     from tf_serving_input import steps as image_steps
-    from tf_serving_input.preprocessing import decode_for_steps, inspect_image, resize_stepped
+    from tf_serving_input.preprocessing import inspect_and_decode_for_steps, resize_stepped
 
     if not job.steps:
         return []
@@ -107,10 +107,8 @@ def step_timings(job, datas, python_times=None):
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
     def decode(data):
-        problem, image_format, height_width = inspect_image(data, config.max_pixels)
-        return problem, tf.cond(tf.equal(problem, 0),
-                                lambda: decode_for_steps(data, image_format, height_width, config),
-                                lambda: tf.zeros([1, 1, 3], tf.uint8))
+        image, problem, _ = inspect_and_decode_for_steps(data, config)
+        return problem, image
 
     resize = tf.function(lambda image: resize_stepped(image, config), autograph=False)
     calls, set_ups = [], []

@@ -41,7 +41,7 @@ class SteppedRows:
 
         from tf_serving_input.codecs import to_bytes
         from tf_serving_input.normalization import pixel_moments
-        from tf_serving_input.preprocessing import decode_for_steps, inspect_image, problem_detail, resize_stepped
+        from tf_serving_input.preprocessing import inspect_and_decode_for_steps, resize_stepped
 
         self._to_bytes = to_bytes
         self._op_error = tf.errors.OpError
@@ -51,7 +51,7 @@ class SteppedRows:
         self._process = step_process.StepProcess(python_records, timeout) if in_child else None
         for record in records:
             if record.kind == image_steps.TF:
-                call = self._tf_call(record, image_steps.load(record))
+                call = image_steps.tf_step_call(image_steps.load(record), record)
             elif self._process is not None:
                 call = python_records.index(record)
             else:
@@ -63,16 +63,10 @@ class SteppedRows:
         self.times = step_timing.StepTimes(len(self._steps))
         if self._process is not None:
             self._process.start()  # The set-up runs now, once for this worker (again after a timeout).
-        placeholder = tf.zeros([1, 1, 3], tf.uint8)
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
         def decode(data):
-            problem, image_format, height_width = inspect_image(data, config.max_pixels)
-            image = tf.cond(tf.equal(problem, 0), lambda: decode_for_steps(data, image_format, height_width, config),
-                            lambda: placeholder)
-            detail = tf.cond(tf.equal(problem, 0), lambda: tf.constant(""),
-                             lambda: problem_detail(problem, image_format, height_width, config.max_pixels))
-            return image, problem, detail
+            return inspect_and_decode_for_steps(data, config)
 
         @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
         def finish(image):
@@ -81,18 +75,6 @@ class SteppedRows:
 
         self._decode, self._finish = decode.get_concrete_function(), finish.get_concrete_function()
         self._batch_names = " then ".join(name for name, _ in batch_steps)
-
-    @staticmethod
-    def _tf_call(record, fn):
-        import tensorflow as tf
-
-        traced = image_steps.trace(fn, record)
-
-        @tf.function(input_signature=[tf.TensorSpec([None, None, 3], tf.uint8)], autograph=False)
-        def step(image):
-            return image_steps.run_tf_steps(image, [(record.name, traced)])
-
-        return step.get_concrete_function()
 
     def __call__(self, datas):
         return [self._one(data) for data in datas]
