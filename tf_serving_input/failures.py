@@ -26,7 +26,7 @@ UNEXPECTED = "unexpected"
 # The predict job and its database load (not the preprocessing job).
 INPUT_SHARD_DAMAGED = "input_shard_damaged"
 UNSTORABLE_TEXT = "unstorable_text"
-# Rows whose path cell is an http(s) URL (beam_pipeline/common/http_fetch.py).
+# Rows whose path cell is an http(s) URL (beam_pipeline/inputs/http_fetch.py).
 BAD_URL = "bad_url"
 DNS_FAILED = "dns_failed"
 CONNECTION_FAILED = "connection_failed"
@@ -41,7 +41,7 @@ HTTP_5XX = "http_5xx"
 TOO_MANY_REDIRECTS = "too_many_redirects"
 TOO_LARGE = "too_large"
 OPTED_OUT = "opted_out"
-# A file: URL cell naming another machine's file (beam_pipeline/common/file_urls.py).
+# A file: URL cell naming another machine's file (beam_pipeline/inputs/file_urls.py).
 REMOTE_FILE_URL = "remote_file_url"
 # The user's own steps (--image_step; tf_serving_input/steps.py).
 STEP_FAILED = "step_failed"

@@ -43,6 +43,11 @@ class Refused(RuntimeError):
     """The job cannot run as asked; nothing was done (exit 2)."""
 
 
+class InputRefused(ValueError):
+    """The list of images cannot be used at all (raised by `beam_pipeline.inputs`; the message names the file,
+    the line and the reason); nothing was done (exit 2)."""
+
+
 class RunFlags(Protocol):
     """What a job's configuration says about the run itself (the flags of `flags.add_run_flags`)."""
 
@@ -149,7 +154,6 @@ class Launcher(Generic[LayoutT]):
     def execute(self) -> int:
         """Runs the job; returns its exit code. Every failure reaches the user as one line."""
         from beam_pipeline.common import output_dir, run_errors
-        from beam_pipeline.common import rows as csv_rows
         from beam_pipeline.common.run_lock import LockHeld, OutputLock
 
         step = run_errors.Step(self.first_step())
@@ -165,7 +169,7 @@ class Launcher(Generic[LayoutT]):
                     terminal.notice(f"notice: {lock.notice}")
                 return self.locked(step, run_log)
         # mypy cannot type a starred tuple in `except`; refusals() does return exception types.
-        except (Refused, csv_rows.CsvError, output_dir.OutputDirError, LockHeld,  # type: ignore[misc]
+        except (Refused, InputRefused, output_dir.OutputDirError, LockHeld,  # type: ignore[misc]
                 *self.refusals()) as error:
             print(redact(f"error: {error}"), file=sys.stderr)
             return 2

@@ -4,7 +4,7 @@
 folder, on a private Unix socket (`server.py`); any `postgresql://`
 URL points at a standing server instead (at scale: Cloud SQL, AlloyDB).
 
-**What a table holds.** Image keys are the job's (`common.rows.row_key`: the CSV
+**What a table holds.** Image keys are the job's (`inputs.rows.row_key`: the CSV
 row and its path as written), so two datasets can share keys. A table's rows
 are therefore keyed by (dataset, key), where the dataset id names the input
 the predictions were made from (its content: the job's shard checksums, or the

@@ -17,8 +17,9 @@ import sys
 from typing import Any
 
 from beam_pipeline.common import flags
-from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.embeddings import DEFAULT_EMBEDDING_DTYPE, EMBEDDING_DTYPES
+from beam_pipeline.inputs import flags as input_flags
+from beam_pipeline.inputs import rows as csv_source
 
 PROG = "beam-image-pipeline predict"
 
@@ -114,7 +115,7 @@ def build_parser(prog=PROG):
     index.add_argument("--rebuild_index", action="store_true",
                        help="Drop the table's index before loading and build it again afterwards (faster than "
                             "adding many rows to an existing graph, and applies new --hnsw_* settings).")
-    flags.add_csv_flags(parser, scope="With --input_csv: ")
+    input_flags.add_csv_flags(parser, scope="With --input_csv: ")
     flags.add_run_flags(parser)
     return parser
 
@@ -161,7 +162,7 @@ def parse_args(argv, prog=PROG):
         table=args.table, load_only=args.load_only, append=args.append, index=index, overwrite=args.overwrite,
         progress=args.progress,
         max_error_rate=args.max_error_rate, num_shards=args.num_shards, max_file_bytes=args.max_file_bytes,
-        columns=flags.csv_columns(args))
+        columns=input_flags.csv_columns(args))
     if config.table is None:
         config = dataclasses.replace(config, table=database.table_name(os.path.basename(output_dir.rstrip("/"))))
     return config, flags.with_local_defaults(beam_args)

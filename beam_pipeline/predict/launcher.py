@@ -8,9 +8,9 @@ import sys
 import time
 
 from beam_pipeline.common import flags, terminal
-from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.files import export_sha256, file_digest
 from beam_pipeline.common.launcher import Launcher, Refused
+from beam_pipeline.inputs import rows as csv_source
 from tf_serving_input.failures import INPUT_SHARD_DAMAGED
 
 # The predict job's refusals are the shared launcher's (exit 2, nothing done).
@@ -173,7 +173,7 @@ class PredictLauncher(Launcher):
         import dataclasses
 
         from beam_pipeline.common.job_shards import record_shards
-        from beam_pipeline.common.rows import all_shard_keys, shard_counts_for
+        from beam_pipeline.inputs.rows import all_shard_keys, shard_counts_for
         from tf_serving_input.layout import OutputLayout, shard_name
 
         config = self.config

@@ -16,8 +16,8 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.rows import failure_record
 from beam_pipeline.common.shard_file import read_status, write_json
+from beam_pipeline.inputs.rows import failure_record
 from beam_pipeline.predict.inference import RowRef
 from tf_serving_input import failures
 from tf_serving_input.layout import PredictionLayout, shard_stem

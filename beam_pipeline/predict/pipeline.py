@@ -21,11 +21,11 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 
-from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.job_shards import damaged_shard
 from beam_pipeline.common.records import read_records
-from beam_pipeline.common.rows import failure_record, read_image_bytes
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
+from beam_pipeline.inputs import rows as csv_source
+from beam_pipeline.inputs.rows import failure_record, read_image_bytes
 from beam_pipeline.predict.inference import EMPTY_SHARD, ExportModelHandler, RowRef
 from tf_serving_input import failures, features
 from tf_serving_input.layout import PredictionLayout, shard_name
@@ -183,7 +183,7 @@ def build_predict_pipeline(pipeline, config, model, shards):
                    | "ReadBatches" >> beam.ParDo(ReadRecordBatches(config.output_dir, config.batch_size,
                                                                    config.job_input_csv)))
     else:
-        from beam_pipeline.common.rows import group_rows_by_shard
+        from beam_pipeline.inputs.rows import group_rows_by_shard
 
         batches = (group_rows_by_shard(pipeline, config.input_csv, config.columns, config.shard_counts)
                    # ((split, shard_index), [Row | None])

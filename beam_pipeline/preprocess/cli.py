@@ -132,7 +132,7 @@ class PreprocessLauncher(Launcher):
     def check(self, step):
         from apache_beam.options.pipeline_options import GoogleCloudOptions
 
-        from beam_pipeline.common import rows as csv_rows
+        from beam_pipeline.inputs import rows as csv_rows
 
         temp_location = self.pipeline_options.view_as(GoogleCloudOptions).temp_location
         for flag, path in (("--output_dir", self.job.output_dir), ("--temp_location", temp_location)):
@@ -165,7 +165,7 @@ class PreprocessLauncher(Launcher):
         from apache_beam.options.pipeline_options import StandardOptions
 
         from beam_pipeline.common import report
-        from beam_pipeline.common.rows import all_shard_keys, shard_counts_for
+        from beam_pipeline.inputs.rows import all_shard_keys, shard_counts_for
         from beam_pipeline.preprocess import step_timing
         from beam_pipeline.preprocess.pipeline import build_pipeline
         from tf_serving_input.layout import shard_name

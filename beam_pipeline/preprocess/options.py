@@ -7,10 +7,11 @@ import argparse
 import dataclasses
 
 from beam_pipeline.common import flags
-from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.flags import DEFAULT_RUNNER, absolute_if_local, with_local_defaults
-from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES
-from beam_pipeline.common.urls import FetchConfig
+from beam_pipeline.inputs import flags as input_flags
+from beam_pipeline.inputs import rows as csv_source
+from beam_pipeline.inputs.rows import DEFAULT_MAX_FILE_BYTES
+from beam_pipeline.inputs.urls import FetchConfig
 from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT as DEFAULT_STEP_TIMEOUT
 from tf_serving_input.features import IMAGE_FORMATS, RESIZE_MODES, PreprocessConfig
 from tf_serving_input.layout import LAYOUT_VERSION
@@ -117,13 +118,13 @@ def build_parser(prog="beam-image-pipeline preprocess"):
                         help="Seconds a Python --image_step may take on one image: past it the row fails as "
                              "step_timeout and the step's process is replaced, so the shard goes on. 0: no limit, "
                              "and the Python steps run in the worker process itself (no guard; docs/steps.md).")
-    flags.add_csv_flags(parser)
+    input_flags.add_csv_flags(parser)
     flags.add_run_flags(parser)
     parser.add_argument("--retry_failed", action="store_true",
                         help="Rerun a finished or killed run (the same flags) fetching again only the URL rows that "
                              "failed transiently (timeout, connection_failed, http_429, http_5xx); recovered rows "
                              "join the same shards, each key once. Not with --overwrite.")
-    flags.add_url_flags(parser)
+    input_flags.add_url_flags(parser)
     return parser
 
 
@@ -141,7 +142,7 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     flags.check_run_flags(parser, args)
     if not args.step_timeout >= 0 or args.step_timeout == float("inf"):
         parser.error(f"--step_timeout {args.step_timeout:g}: give seconds > 0, or 0 for no limit")
-    fetch = flags.url_config(parser, args)
+    fetch = input_flags.url_config(parser, args)
     if args.preview is not None and args.preview < 1:
         parser.error(f"--preview {args.preview}: give a number of rows, 1 or more")
     if args.contact_sheet and not args.preview:
@@ -151,7 +152,7 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     job = JobConfig(
         input_csv=absolute_if_local(args.input_csv), output_dir=absolute_if_local(args.output_dir),
         preprocess=preprocess,
-        columns=flags.csv_columns(args),
+        columns=input_flags.csv_columns(args),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
         fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview or 0,

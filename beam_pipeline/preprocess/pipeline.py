@@ -2,7 +2,7 @@
 
 import apache_beam as beam
 
-from beam_pipeline.common.rows import group_rows_by_shard
+from beam_pipeline.inputs.rows import group_rows_by_shard
 from beam_pipeline.preprocess.analysis import AnalyzeAndSave
 from beam_pipeline.preprocess.shard_writer import STATS_TAG, WriteShardFn
 

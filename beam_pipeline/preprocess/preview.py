@@ -27,7 +27,7 @@ DEFAULT_SHEET = "preview.png"  # In the folder the command runs from, when --con
 
 def run_preview(job, contact_sheet=None):
     """Previews `job` (its `preview` first rows); returns the exit code (0, or 2 when refused)."""
-    from beam_pipeline.common import rows as csv_rows
+    from beam_pipeline.inputs import rows as csv_rows
     from beam_pipeline.preprocess.cli import resolved_steps
 
     sheet = os.path.abspath(contact_sheet or DEFAULT_SHEET)
@@ -62,7 +62,7 @@ def run_preview(job, contact_sheet=None):
 
 
 def _read(row, max_file_bytes):
-    from beam_pipeline.common.rows import read_image_bytes
+    from beam_pipeline.inputs.rows import read_image_bytes
 
     try:
         return read_image_bytes(row.path, max_file_bytes)

@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
+from beam_pipeline.inputs.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
 from tf_serving_input import failures
 
 # Rows per TensorFlow call (8 measured 2.5-2.6 vs 2.8-3.4 ms per image for 1), and the most

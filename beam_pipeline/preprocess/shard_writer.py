@@ -21,14 +21,14 @@ import numpy as np
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 
-from beam_pipeline.common import rows as csv_source
 from beam_pipeline.common.fast_exit import skip_final_collection
 from beam_pipeline.common.records import frame_record, iter_records, parse_example
-from beam_pipeline.common.row_reader import RowReader
-from beam_pipeline.common.rows import failure_record
 from beam_pipeline.common.runners import configure_tensorflow_threads
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
-from beam_pipeline.common.urls import FetchConfig, is_http_url
+from beam_pipeline.inputs import rows as csv_source
+from beam_pipeline.inputs.row_reader import RowReader
+from beam_pipeline.inputs.rows import failure_record
+from beam_pipeline.inputs.urls import FetchConfig, is_http_url
 from beam_pipeline.preprocess import step_timing
 from beam_pipeline.preprocess.analysis import DESIRED_BATCH_SIZE, to_record_batch
 from beam_pipeline.preprocess.row_order import InRowOrder

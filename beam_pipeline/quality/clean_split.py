@@ -16,7 +16,7 @@ import csv
 import dataclasses
 import io
 
-from beam_pipeline.common import rows as csv_rows
+from beam_pipeline.inputs import rows as csv_rows
 from beam_pipeline.quality.groups import Group, Images
 
 

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common import rows as csv_rows
 from beam_pipeline.common.quality_outputs import FLAG_SCHEMA, GROUP_SCHEMA, LABEL_ERROR_SCHEMA
+from beam_pipeline.inputs import rows as csv_rows
 from beam_pipeline.quality import clean_split, groups, health, report_html
 from beam_pipeline.quality.pairs import as_unsigned
 from beam_pipeline.quality.signal_shards import read_table

@@ -27,7 +27,7 @@ class QualityLauncher(Launcher[QualityLayout]):
         return f"reading the job output {self.config.input_dir}"
 
     def check(self, step: Any) -> None:
-        from beam_pipeline.common import rows as csv_rows
+        from beam_pipeline.inputs import rows as csv_rows
         from tf_serving_input.layout import OutputLayout
 
         layout = OutputLayout(self.config.input_dir)

@@ -155,7 +155,7 @@ class ComputeShardSignals(beam.DoFn):
         skip_final_collection()
 
     def process(self, shard: RecordShard) -> Iterator[dict[str, Any]]:
-        from beam_pipeline.common.rows import failure_record
+        from beam_pipeline.inputs.rows import failure_record
 
         started = time.time()
         finished = read_verified(self._layout, shard.name, shard.rows)

@@ -72,7 +72,7 @@ class SearchRefused(SearchError):
 
 def read_query_image(path, max_file_bytes=None):
     """The bytes of a query image file; SearchError with the job's reason code when it cannot be one."""
-    from beam_pipeline.common.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
+    from beam_pipeline.inputs.rows import DEFAULT_MAX_FILE_BYTES, read_image_bytes
     from tf_serving_input import failures, formats
 
     try:
@@ -107,7 +107,7 @@ def thumbnail(path, size=128):
     """An image file as a size x size RGB array, through the project's own preprocessing; gray if unreadable."""
     import numpy as np
 
-    from beam_pipeline.common.rows import read_image_bytes
+    from beam_pipeline.inputs.rows import read_image_bytes
     from tf_serving_input.features import PreprocessConfig
     from tf_serving_input.preprocessing import preprocess_image
 

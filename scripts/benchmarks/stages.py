@@ -26,8 +26,8 @@ def stage_milliseconds(paths, config_values, count):
     import tensorflow as tf
 
     from beam_pipeline.common.records import example_bytes, frame_record, framing_of
-    from beam_pipeline.common.rows import read_image_bytes
     from beam_pipeline.common.runners import configure_tensorflow_threads
+    from beam_pipeline.inputs.rows import read_image_bytes
     from beam_pipeline.preprocess.row_preprocessor import ROWS_PER_CALL
     from tf_serving_input.codecs import codec_for, to_bytes
     from tf_serving_input.features import PreprocessConfig

@@ -18,7 +18,7 @@ import pytest
 import imaging
 import in_process
 import outputs
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from beam_pipeline.preprocess import inspect
 from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
 from tf_serving_input import failures, steps

@@ -56,7 +56,8 @@ def test_io_bound_work_runs_in_threads_whichever_way_the_mode_was_given(given):
 def test_a_csv_with_spaced_labels_is_another_run_than_one_an_earlier_version_wrote(tmp_path):
     """Labels are stripped since issue 55: an earlier version's shards of such a CSV hold them unstripped, so its
     folder is not resumed (--overwrite); a CSV without spaced labels resumes as before."""
-    from beam_pipeline.common import output_dir, rows
+    from beam_pipeline.common import output_dir
+    from beam_pipeline.inputs import rows
     from beam_pipeline.preprocess import cli
     from tf_serving_input.layout import OutputLayout
 

@@ -9,7 +9,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 import imaging
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from beam_pipeline.preprocess.options import JobConfig
 from beam_pipeline.preprocess.pipeline import build_pipeline
 from tf_serving_input import normalization

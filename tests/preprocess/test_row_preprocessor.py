@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import imaging
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor, Written, read_image_bytes
 from tf_serving_input import failures, features
 from tf_serving_input.codecs import CODECS, parse_record

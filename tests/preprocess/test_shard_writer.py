@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import imaging
 import outputs
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from beam_pipeline.preprocess.shard_writer import STATS_TAG, WriteShardFn
 from tf_serving_input import features
 from tf_serving_input.features import PreprocessConfig

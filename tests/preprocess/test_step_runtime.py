@@ -17,7 +17,7 @@ import imaging
 import in_process
 import outputs
 import said
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from beam_pipeline.preprocess import step_process, step_timing
 from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
 from tf_serving_input import failures, steps

@@ -146,7 +146,7 @@ def test_every_url_row_is_written_or_failed_with_its_reason(loopback, images, tm
     assert loopback.headers("/mix/secret.jpg")[-1]["Authorization"].startswith("Basic ")
 
 
-@pytest.mark.slow  # A job run; common/test_http_fetch.py checks the refusal itself in the quick lane.
+@pytest.mark.slow  # A job run; inputs/test_http_fetch.py checks the refusal itself in the quick lane.
 def test_private_addresses_are_refused_without_the_flag(loopback, images, tmp_path):
     folder, data = images
     url = loopback.route("/private/a.jpg", serve.image(data["a.jpg"]))

@@ -7,7 +7,7 @@ import io
 import numpy as np
 
 import imaging
-from beam_pipeline.common import rows as csv_rows
+from beam_pipeline.inputs import rows as csv_rows
 from beam_pipeline.quality import clean_split, groups, health, report_html
 
 

@@ -4,8 +4,8 @@ import dataclasses
 import threading
 import time
 
-from beam_pipeline.common.row_reader import RowReader
-from beam_pipeline.common.urls import FetchConfig
+from beam_pipeline.inputs.row_reader import RowReader
+from beam_pipeline.inputs.urls import FetchConfig
 from tf_serving_input import failures
 
 

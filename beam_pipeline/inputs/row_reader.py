@@ -31,13 +31,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from beam_pipeline.common import urls
 from beam_pipeline.common.redact import redact, redact_url
-from beam_pipeline.common.urls import FetchConfig
+from beam_pipeline.inputs import urls
+from beam_pipeline.inputs.urls import FetchConfig
 from tf_serving_input import failures
 
 if TYPE_CHECKING:
-    from beam_pipeline.common.http_fetch import Fetched
+    from beam_pipeline.inputs.http_fetch import Fetched
 
 # Bytes read and not yet taken by the consumer before no new read starts (the reads in flight still land).
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024
@@ -77,13 +77,13 @@ class RowReader:
                  fetch: Fetch | None = None,
                  read_file: Callable[[str, int], bytes] | None = None,
                  max_buffered_bytes: int = MAX_BUFFERED_BYTES) -> None:
-        from beam_pipeline.common.rows import read_image_bytes
+        from beam_pipeline.inputs.rows import read_image_bytes
 
         self._config = config
         self._max_file_bytes = max_file_bytes
         self._fetcher = None
         if fetch is None:
-            from beam_pipeline.common.http_fetch import HttpFetcher
+            from beam_pipeline.inputs.http_fetch import HttpFetcher
 
             self._fetcher = HttpFetcher(config, max_file_bytes)
             fetch = self._fetcher.get

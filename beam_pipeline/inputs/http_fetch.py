@@ -53,9 +53,9 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
-from beam_pipeline.common import urls
 from beam_pipeline.common.redact import MASK, redact, redact_url
-from beam_pipeline.common.urls import FetchConfig, Target
+from beam_pipeline.inputs import urls
+from beam_pipeline.inputs.urls import FetchConfig, Target
 from tf_serving_input import failures
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})

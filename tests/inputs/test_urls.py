@@ -4,8 +4,8 @@ import email.utils
 
 import pytest
 
-from beam_pipeline.common import urls
 from beam_pipeline.common.redact import redact_url
+from beam_pipeline.inputs import urls
 from tf_serving_input import failures
 
 # Passwords that a URL parser stumbles on: each must vanish from every text the row produces.
@@ -121,7 +121,7 @@ def test_a_password_repeated_elsewhere_in_the_url_is_masked_everywhere(url, show
 
 
 def test_a_url_row_shows_its_url_without_the_password_anywhere_and_fetches_the_real_one(tmp_path):
-    from beam_pipeline.common.rows import iter_rows
+    from beam_pipeline.inputs.rows import iter_rows
 
     url = "http://user:secret@127.0.0.1:8/secret/pw.jpg?token=secret#secret"
     csv = tmp_path / "rows.csv"

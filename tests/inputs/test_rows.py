@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 
 
 def write(tmp_path, content, name="in.csv"):

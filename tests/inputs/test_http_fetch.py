@@ -9,8 +9,8 @@ import time
 import pytest
 
 import http_server as serve
-from beam_pipeline.common.http_fetch import HttpFetcher, user_agent
-from beam_pipeline.common.urls import FetchConfig
+from beam_pipeline.inputs.http_fetch import HttpFetcher, user_agent
+from beam_pipeline.inputs.urls import FetchConfig
 from imaging import encode, quadrants
 from tf_serving_input import failures
 

@@ -6,7 +6,7 @@ import urllib.parse
 
 import pytest
 
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from tf_serving_input import failures
 
 JPEG = b"\xff\xd8\xff\xe0" + bytes(range(64))

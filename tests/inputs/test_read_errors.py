@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from beam_pipeline.common import rows as source
+from beam_pipeline.inputs import rows as source
 from tf_serving_input import failures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -98,7 +98,7 @@ _WITHOUT_ROOTS_READ_RIGHTS = textwrap.dedent("""
         data[0].permitted &= ~(1 << bit)
     if libc.capset(ctypes.byref(header), data) != 0:
         sys.exit(3)
-    from beam_pipeline.common.rows import read_image_bytes
+    from beam_pipeline.inputs.rows import read_image_bytes
     from tf_serving_input.failures import RowFailure
     try:
         read_image_bytes(sys.argv[1])

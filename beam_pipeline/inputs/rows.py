@@ -19,8 +19,10 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from beam_pipeline.common import file_urls, path_hints, terminal, urls
+from beam_pipeline.common import terminal
+from beam_pipeline.common.launcher import InputRefused
 from beam_pipeline.common.redact import redact_url
+from beam_pipeline.inputs import file_urls, path_hints, urls
 from tf_serving_input import failures
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ _REASON_BY_ERRNO = {
 }
 
 
-class CsvError(ValueError):
+class CsvError(InputRefused):
     """The CSV cannot be used at all; the message names the file, the line and the reason."""
 
 
