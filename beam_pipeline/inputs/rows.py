@@ -24,6 +24,7 @@ from beam_pipeline.common.launcher import InputRefused
 from beam_pipeline.common.redact import redact_url
 from beam_pipeline.inputs import file_urls, path_hints, urls
 from tf_serving_input import failures
+from tf_serving_input.columns import Value
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -76,6 +77,9 @@ class Row:
       fetch_url: for an http(s) URL with a password only: the URL as written, which only the fetch
         reads; `source` and `path` then hold it with the password replaced by ***, so no output,
         log or database ever sees it.
+      columns: the kept columns' values (`--column`), typed as `tf_serving_input.columns` says, in the
+        run's column order; a missing value is left out (never "" or 0).
+      labels: the labels of a multi-label row (a label column of type `labels`); `label` is then ''.
     """
 
     index: int
@@ -86,6 +90,8 @@ class Row:
     split: str
     key: str
     fetch_url: str = dataclasses.field(default="", repr=False)
+    columns: tuple[tuple[str, Value], ...] = ()
+    labels: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

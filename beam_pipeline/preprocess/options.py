@@ -13,6 +13,7 @@ from beam_pipeline.inputs import rows as csv_source
 from beam_pipeline.inputs.rows import DEFAULT_MAX_FILE_BYTES
 from beam_pipeline.inputs.urls import FetchConfig
 from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT as DEFAULT_STEP_TIMEOUT
+from tf_serving_input.columns import FeatureSpec
 from tf_serving_input.features import IMAGE_FORMATS, RESIZE_MODES, PreprocessConfig
 from tf_serving_input.layout import LAYOUT_VERSION
 
@@ -42,6 +43,8 @@ class JobConfig:
     # --step_timeout: seconds a Python step may take on one image (0: no limit, run in the worker). It only
     # tunes running, as the URL timeouts do: not in to_dict, so a resume may change it.
     step_timeout: float = DEFAULT_STEP_TIMEOUT
+    # The kept columns (--column) and whether the label is multi-valued: what the records and features.json hold.
+    features: FeatureSpec = FeatureSpec()
 
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
@@ -53,6 +56,8 @@ class JobConfig:
         extra = {"url_allow_private": True} if self.fetch.allow_private else {}
         if self.steps:  # Only when given: a run without steps keeps the fingerprint it always had.
             extra["image_steps"] = [step.to_dict() for step in self.steps]
+        if self.features != FeatureSpec():  # Likewise: a run keeping no column keeps its fingerprint.
+            extra["features"] = self.features.to_json()
         return {
             "layout_version": LAYOUT_VERSION,
             "input_csv": self.input_csv,
