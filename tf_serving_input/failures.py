@@ -47,6 +47,8 @@ REMOTE_FILE_URL = "remote_file_url"
 STEP_FAILED = "step_failed"
 STEP_BAD_OUTPUT = "step_bad_output"
 STEP_TIMEOUT = "step_timeout"
+# A kept column's cell (--column; beam_pipeline/inputs/cells.py).
+BAD_VALUE = "bad_value"
 
 REASONS = {
     FILE_NOT_FOUND: ("the path names no file: nothing is there, a symbolic link points at nothing, or a name on "
@@ -99,6 +101,9 @@ REASONS = {
                       "dtype, rank or channel count, an empty image, not an array): the detail says what came back"),
     STEP_TIMEOUT: ("a Python --image_step ran longer than --step_timeout seconds on this image: it was stopped (its "
                    "process replaced) and the shard went on"),
+    BAD_VALUE: ("a cell of a kept column (--column, or a multi-label label column) is not a value of the column's "
+                "type: the detail names the column and quotes the cell (escaped, cut to 80 characters); the image "
+                "is not read"),
 }
 
 # Failures a later `--retry_failed` run fetches again: they may not happen twice.

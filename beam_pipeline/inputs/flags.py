@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 
 from beam_pipeline.inputs import rows, urls
+from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR
+from tf_serving_input.columns import COLUMN_TYPES, LABELS, Column, ColumnError, FeatureSpec, check_columns
 
 
 def add_csv_flags(parser: argparse.ArgumentParser, scope: str = "") -> None:
@@ -84,3 +86,52 @@ def url_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> url
 def csv_columns(args: argparse.Namespace) -> rows.CsvColumns:
     """The CsvColumns the `add_csv_flags` flags name."""
     return rows.CsvColumns(path=args.path_column, label=args.label_column, split=args.split_column)
+
+
+def add_column_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags naming the list's columns kept in each record (`--column`) and how a list cell is read."""
+    group = parser.add_argument_group(
+        "Kept columns", "Columns of the list kept in each record beside the image, typed (docs/columns.md): "
+                        f"{', '.join(COLUMN_TYPES)}. A missing value is an absent feature; a cell that is not of "
+                        "its column's type fails its row as bad_value.")
+    group.add_argument("--column", action="append", default=[], metavar="NAME[:TYPE]",
+                       help="Keep this column in each record, as TYPE (repeatable). Naming the label column as "
+                            "'labels' makes a multi-label list (several labels per image).")
+    group.add_argument("--list_separator", default=DEFAULT_LIST_SEPARATOR,
+                       help="What separates the items of a labels, floats or boxes cell in a CSV.")
+    group.add_argument("--box_class_column", default=None, metavar="NAME",
+                       help="A labels column (also given with --column) holding each box's class, one per box, in "
+                            "the boxes column's order: written under image/object/class/text.")
+
+
+def split_column_flag(value: str) -> tuple[str, str | None]:
+    """'NAME:TYPE' -> (NAME, TYPE); 'NAME' (or a NAME whose last ':' part is no type) -> (NAME, None)."""
+    name, colon, kind = value.rpartition(":")
+    if colon and kind.strip().lower() in COLUMN_TYPES:
+        return name, kind.strip().lower()
+    return value, None
+
+
+def feature_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, label_column: str) -> FeatureSpec:
+    """The FeatureSpec the `add_column_flags` flags give; exits with usage (2) when they cannot be used."""
+    if len(args.list_separator) != 1 or args.list_separator.isspace() or not args.list_separator.isprintable():
+        parser.error("--list_separator must be one printable character that is not a space")
+    kept: list[Column] = []
+    multi_label = False
+    for value in args.column:
+        name, kind = split_column_flag(value)
+        if kind is None:
+            parser.error(f"--column {value!r} needs a type: NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+        if name == label_column:
+            if kind != LABELS:
+                parser.error(f"--column {value!r}: the label column is kept as the label; only ':labels' (a "
+                             "multi-label list) may be given for it")
+            multi_label = True
+            continue
+        kept.append(Column(name, kind, box_classes=name == args.box_class_column))
+    if args.box_class_column is not None and not any(column.box_classes for column in kept):
+        parser.error(f"--box_class_column {args.box_class_column!r} must also be given as --column NAME:labels")
+    try:
+        return FeatureSpec(columns=check_columns(kept), multi_label=multi_label)
+    except ColumnError as error:
+        parser.error(f"--column: {error}")

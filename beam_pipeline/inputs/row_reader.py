@@ -101,6 +101,8 @@ class RowReader:
     def read(self, row: ReadableRow) -> tuple[Item, Fields]:
         """One row's bytes or its RowFailure, and its fields, on the calling thread."""
         is_url = urls.is_http_url(row.path)
+        if getattr(row, "failure", ()):  # A bad cell (a Row's `failure`): neither read nor fetched.
+            return failures.RowFailure(*row.failure), {}  # type: ignore[attr-defined]
         try:
             if not is_url:
                 return self._read_file(row.path, self._max_file_bytes), {}

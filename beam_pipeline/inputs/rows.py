@@ -23,20 +23,15 @@ from beam_pipeline.common import terminal
 from beam_pipeline.common.launcher import InputRefused
 from beam_pipeline.common.redact import redact_url
 from beam_pipeline.inputs import file_urls, path_hints, urls
+from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value
 from tf_serving_input import failures
-from tf_serving_input.columns import Value
+from tf_serving_input.columns import LABELS, Column, FeatureSpec, Value
 
 if TYPE_CHECKING:
     import apache_beam as beam
 
 DEFAULT_SPLIT = "train"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# What a label may not hold: TFT's vocabulary file is newline-delimited (a label with a line break
-# would silently get id -1), and PostgreSQL text cannot hold NUL.
-_LABEL_BREAKERS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a carriage return",
-                   "\x0b": "a vertical tab", "\x0c": "a form feed", "\x1c": "a file separator",
-                   "\x1d": "a group separator", "\x1e": "a record separator", "\x85": "a next-line character",
-                   "\u2028": "a line separator", "\u2029": "a paragraph separator"}
 # A shard holds about this many rows unless --num_shards says otherwise.
 ROWS_PER_SHARD = 1000
 # Small splits still get a few shards, so that several workers share them.
@@ -80,6 +75,8 @@ class Row:
       columns: the kept columns' values (`--column`), typed as `tf_serving_input.columns` says, in the
         run's column order; a missing value is left out (never "" or 0).
       labels: the labels of a multi-label row (a label column of type `labels`); `label` is then ''.
+      failure: (reason, detail) of a row that fails before its image is read: a cell that is not of its
+        column's type (`bad_value`); `failure_of` makes it the row's RowFailure.
     """
 
     index: int
@@ -92,6 +89,7 @@ class Row:
     fetch_url: str = dataclasses.field(default="", repr=False)
     columns: tuple[tuple[str, Value], ...] = ()
     labels: tuple[str, ...] = ()
+    failure: tuple[str, str] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +99,14 @@ class CsvColumns:
     path: str = "path"
     label: str = "label"
     split: str = "split"
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnReading:
+    """Which columns the rows keep (`--column`), and the separator of a list in a text cell."""
+
+    features: FeatureSpec = FeatureSpec()
+    separator: str = DEFAULT_LIST_SEPARATOR
 
 
 @dataclasses.dataclass
@@ -115,6 +121,8 @@ class CsvSummary:
     # stripped, and whitespace only (read as unlabeled).
     labels_stripped: int = 0
     labels_blank: int = 0
+    # Rows with a cell that is not of its kept column's type: they fail as bad_value, unread.
+    bad_values: int = 0
 
 
 class RowLike(Protocol):
@@ -191,7 +199,8 @@ def _lines(raw: IO[bytes], csv_path: str) -> Iterator[str]:
                            f"byte {error.start + 1} of the line); save the CSV as UTF-8") from None
 
 
-def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[Row]:
+def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns(),
+              kept: ColumnReading = ColumnReading()) -> Iterator[Row]:
     """Yields every data row of the CSV as a `Row`, in file order.
 
     Raises CsvError (naming the file, the line and the reason) when the file
@@ -199,11 +208,12 @@ def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[Row
     Blank lines are skipped; extra columns are ignored; a row shorter than the
     header gets '' for the missing fields (an empty path then fails that row).
     """
-    for row, _ in iter_rows_with_cells(csv_path, columns):
+    for row, _ in iter_rows_with_cells(csv_path, columns, kept):
         yield row
 
 
-def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns()) -> Iterator[tuple[Row, list[str]]]:
+def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns(),
+                         kept: ColumnReading = ColumnReading()) -> Iterator[tuple[Row, list[str]]]:
     """`iter_rows`, each `Row` with the CSV cells it came from (to write the CSV back with a column changed)."""
     try:
         raw = _open(csv_path)
@@ -228,6 +238,14 @@ def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns()) -> I
         path_at = names.index(columns.path)
         label_at = names.index(columns.label) if columns.label in names else None
         split_at = names.index(columns.split) if columns.split in names else None
+        if kept.features.multi_label and label_at is None:
+            raise CsvError(f"{csv_path}: line {reader.line_num}: no '{columns.label}' column in the header, and "
+                           f"--column names it as the labels; its columns: {terminal.shown(str(names), 200)}")
+        missing = [column.name for column in kept.features.columns if column.name not in names]
+        if missing:
+            raise CsvError(f"{csv_path}: line {reader.line_num}: --column {terminal.shown(missing[0])} is not a "
+                           f"column of the list; its columns: {terminal.shown(str(names), 200)}")
+        kept_at = tuple((column, names.index(column.name)) for column in kept.features.columns)
 
         index = 0
         start_line = reader.line_num + 1
@@ -236,7 +254,11 @@ def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns()) -> I
                 line, start_line = start_line, reader.line_num + 1
                 if not any(cell.strip() for cell in cells):
                     continue  # Blank line.
-                row = _make_row(csv_path, cells, line, index, path_at, label_at, split_at)
+                row = _make_row(csv_path, cells, line, index, path_at,
+                                None if kept.features.multi_label else label_at, split_at)
+                if kept_at or kept.features.multi_label:
+                    row = _with_columns(row, cells, kept_at, label_at if kept.features.multi_label else None,
+                                        columns.label, kept.separator)
                 index += 1
                 yield row, cells
         except csv.Error as error:
@@ -256,11 +278,11 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     # Stripped first, so that a line break at a label's edge ("cat\n", a stray CR) goes with the other
     # whitespace (str.strip takes every breaker but NUL) instead of refusing the whole CSV.
     label = cell(label_at).strip()
-    bad = next((char for char in label if char in _LABEL_BREAKERS), None)
+    bad = next((char for char in label if char in LABEL_BREAKERS), None)
     if bad is not None:
         why = ("the database's text cannot hold NUL" if bad == "\x00"
                else "the statistics' vocabulary is one label per line")
-        raise CsvError(f"{csv_path}: line {line}: label '{terminal.shown(label)}' holds {_LABEL_BREAKERS[bad]}, "
+        raise CsvError(f"{csv_path}: line {line}: label '{terminal.shown(label)}' holds {LABEL_BREAKERS[bad]}, "
                        f"which a label cannot hold ({why}): remove it")
     source = cell(path_at)
     fetch_url = ""
@@ -277,6 +299,29 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
         path = resolve_path(source, csv_path) if source.strip() else ""
     return Row(index=index, line=line, source=source, path=path, label=label, split=split,
                key=row_key(index, source), fetch_url=fetch_url)
+
+
+def _with_columns(row: Row, cells: list[str], kept_at: tuple[tuple[Column, int], ...], labels_at: int | None,
+                  label_name: str, separator: str) -> Row:
+    """The row with its kept columns' values and, for a multi-label list, its labels; or failed as bad_value."""
+    values: list[tuple[str, Any]] = []
+    labels: tuple[str, ...] = ()
+    try:
+        for column, at in kept_at:
+            value = cell_value(column, cells[at] if at < len(cells) else "", separator)
+            if value is not None:
+                values.append((column.name, value))
+        if labels_at is not None:
+            cell = cells[labels_at] if labels_at < len(cells) else ""
+            labels = cell_value(Column(label_name, LABELS), cell, separator) or ()  # type: ignore[assignment]
+    except BadValue as error:
+        return dataclasses.replace(row, failure=(failures.BAD_VALUE, str(error)))
+    return dataclasses.replace(row, columns=tuple(values), labels=labels)
+
+
+def failure_of(row: Row) -> failures.RowFailure | None:
+    """The RowFailure of a row that fails before its image is read (a bad cell), else None."""
+    return failures.RowFailure(*row.failure) if row.failure else None
 
 
 def row_keys(csv_path: str, columns: CsvColumns = CsvColumns()) -> list[str]:
@@ -299,21 +344,23 @@ def read_header(csv_path: str) -> list[str]:
     return []
 
 
-def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns()) -> CsvSummary:
+def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns(),
+                  kept: ColumnReading = ColumnReading()) -> CsvSummary:
     """Reads the whole CSV once and returns a CsvSummary, or raises CsvError.
 
     This is the launcher's check before any work starts: a CSV that the
     pipeline would choke on is refused here with the line that is wrong.
     """
     per_split: dict[str, int] = {}
-    rows = stripped = blank = 0
-    read = iter_rows_with_cells(csv_path, columns)
+    rows = stripped = blank = bad_values = 0
+    read = iter_rows_with_cells(csv_path, columns, kept)
     first = next(read, None)  # The CSV opened and its header checked first: a CsvError names what is wrong.
     header = read_header(csv_path)
     label_at = header.index(columns.label) if columns.label in header else None
     for row, cells in itertools.chain([first] if first else [], read):
         rows += 1
         per_split[row.split] = per_split.get(row.split, 0) + 1
+        bad_values += bool(row.failure)
         written = cells[label_at] if label_at is not None and label_at < len(cells) else ""
         if written != row.label:
             stripped += bool(row.label)
@@ -322,7 +369,7 @@ def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns()) -> CsvSumma
         raise CsvError(f"{csv_path}: the CSV has a header but no data rows")
     return CsvSummary(rows=rows, rows_per_split=dict(sorted(per_split.items())),
                       has_label=label_at is not None, has_split=columns.split in header,
-                      labels_stripped=stripped, labels_blank=blank)
+                      labels_stripped=stripped, labels_blank=blank, bad_values=bad_values)
 
 
 def shard_counts_for(num_shards: int, csv_summary: CsvSummary) -> dict[str, int]:
@@ -346,7 +393,8 @@ def _drop_placeholders(element: tuple[ShardKey, Iterable[Row | None]]) -> tuple[
 
 
 def group_rows_by_shard(pipeline: beam.Pipeline, input_csv: str, columns: CsvColumns,
-                        shard_counts: dict[str, int]) -> beam.PCollection[tuple[ShardKey, list[Row]]]:
+                        shard_counts: dict[str, int],
+                        kept: ColumnReading = ColumnReading()) -> beam.PCollection[tuple[ShardKey, list[Row]]]:
     """The CSV's rows grouped by shard, every shard present (empty ones too): ((split, index), [Row]).
 
     Only rows (paths and labels) cross the shuffle, never pixels.
@@ -355,7 +403,7 @@ def group_rows_by_shard(pipeline: beam.Pipeline, input_csv: str, columns: CsvCol
 
     rows = (pipeline
             | "CsvPath" >> beam.Create([input_csv])
-            | "ReadCsv" >> beam.FlatMap(iter_rows, columns)
+            | "ReadCsv" >> beam.FlatMap(iter_rows, columns, kept)
             # Row
             | "AssignShard" >> beam.Map(assign_shard, shard_counts))
             # ((split, shard_index), Row)

@@ -139,7 +139,8 @@ class PreprocessLauncher(Launcher):
             reason = path and tensorflow_unwritable(path)
             if reason:
                 raise Refused(f"{flag} {reason}")
-        self.csv_summary = csv_rows.summarize_csv(self.job.input_csv, self.job.columns)
+        self.csv_summary = csv_rows.summarize_csv(self.job.input_csv, self.job.columns,
+                                                    self.job.column_reading)
         if self.job.steps:
             step.now("loading and tracing the --image_step steps")
             self.job = resolved_steps(self.job)

@@ -10,6 +10,7 @@ from beam_pipeline.common import flags
 from beam_pipeline.common.flags import DEFAULT_RUNNER, absolute_if_local, with_local_defaults
 from beam_pipeline.inputs import flags as input_flags
 from beam_pipeline.inputs import rows as csv_source
+from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR
 from beam_pipeline.inputs.rows import DEFAULT_MAX_FILE_BYTES
 from beam_pipeline.inputs.urls import FetchConfig
 from beam_pipeline.preprocess.step_process import DEFAULT_TIMEOUT as DEFAULT_STEP_TIMEOUT
@@ -45,6 +46,12 @@ class JobConfig:
     step_timeout: float = DEFAULT_STEP_TIMEOUT
     # The kept columns (--column) and whether the label is multi-valued: what the records and features.json hold.
     features: FeatureSpec = FeatureSpec()
+    list_separator: str = DEFAULT_LIST_SEPARATOR
+
+    @property
+    def column_reading(self) -> csv_source.ColumnReading:
+        """How the rows' kept columns are read (`Row.columns`, `Row.labels`)."""
+        return csv_source.ColumnReading(self.features, self.list_separator)
 
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
@@ -58,6 +65,7 @@ class JobConfig:
             extra["image_steps"] = [step.to_dict() for step in self.steps]
         if self.features != FeatureSpec():  # Likewise: a run keeping no column keeps its fingerprint.
             extra["features"] = self.features.to_json()
+            extra["list_separator"] = self.list_separator
         return {
             "layout_version": LAYOUT_VERSION,
             "input_csv": self.input_csv,
@@ -124,6 +132,7 @@ def build_parser(prog="beam-image-pipeline preprocess"):
                              "step_timeout and the step's process is replaced, so the shard goes on. 0: no limit, "
                              "and the Python steps run in the worker process itself (no guard; docs/steps.md).")
     input_flags.add_csv_flags(parser)
+    input_flags.add_column_flags(parser)
     flags.add_run_flags(parser)
     parser.add_argument("--retry_failed", action="store_true",
                         help="Rerun a finished or killed run (the same flags) fetching again only the URL rows that "
@@ -148,6 +157,7 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     if not args.step_timeout >= 0 or args.step_timeout == float("inf"):
         parser.error(f"--step_timeout {args.step_timeout:g}: give seconds > 0, or 0 for no limit")
     fetch = input_flags.url_config(parser, args)
+    features = input_flags.feature_spec(parser, args, label_column=args.label_column)
     if args.preview is not None and args.preview < 1:
         parser.error(f"--preview {args.preview}: give a number of rows, 1 or more")
     if args.contact_sheet and not args.preview:
@@ -161,5 +171,6 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
         fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview or 0,
-        contact_sheet=args.contact_sheet, step_timeout=args.step_timeout)
+        contact_sheet=args.contact_sheet, step_timeout=args.step_timeout, features=features,
+        list_separator=args.list_separator)
     return job, with_local_defaults(beam_args)

@@ -13,7 +13,8 @@ def build_pipeline(pipeline, job, shard_counts, temp_dir):
     Pixels stay inside the WriteShards stage, which reduces each image to 7 integers for the
     statistics.
     """
-    shards = group_rows_by_shard(pipeline, job.input_csv, job.columns, shard_counts)
+    shards = group_rows_by_shard(pipeline, job.input_csv, job.columns, shard_counts,
+                                 job.column_reading)
     written = shards | "WriteShards" >> beam.ParDo(
         WriteShardFn(job.output_dir, job.preprocess, shard_counts, job.max_file_bytes,
                      fetch_config=job.fetch, retry_failed=job.retry_failed, steps=job.steps,

@@ -37,7 +37,7 @@ def run_preview(job, contact_sheet=None):
         if not os.path.isdir(os.path.dirname(sheet)):
             raise Refused(f"--contact_sheet {sheet}: the folder {os.path.dirname(sheet)} does not exist")
         job = resolved_steps(job) if job.steps else job
-        rows = list(itertools.islice(csv_rows.iter_rows(job.input_csv, job.columns), job.preview))
+        rows = list(itertools.islice(csv_rows.iter_rows(job.input_csv, job.columns, job.column_reading), job.preview))
     except (Refused, csv_rows.CsvError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -37,6 +37,12 @@ def test_uris_pass_unchanged_and_given_runner_flags_are_kept():
     (["--num_shards", "-1"], "--num_shards must be >= 0"),
     (["--max_error_rate", "1.5"], "--max_error_rate must be between 0 and 1"),
     (["--image_format", "tiff"], "invalid choice"),
+    (["--column", "score"], "--column 'score' needs a type: NAME:TYPE"),
+    (["--column", "a:int", "--column", "A:float"], "differ only in case"),
+    (["--column", "label:text"], "only ':labels'"),
+    (["--column", "b1:boxes", "--column", "b2:boxes"], "both boxes"),
+    (["--box_class_column", "cls"], "--box_class_column 'cls' must also be given as --column NAME:labels"),
+    (["--list_separator", "||"], "--list_separator must be one printable character"),
 ])
 def test_bad_flags_exit_with_usage(capsys, flags, message):
     with pytest.raises(SystemExit) as caught:
@@ -77,3 +83,14 @@ def test_a_csv_with_spaced_labels_is_another_run_than_one_an_earlier_version_wro
                 output_dir.prepare(OutputLayout(str(out)), now, overwrite=False)
         else:
             assert output_dir.prepare(OutputLayout(str(out)), now, overwrite=False) == 0  # Resumed.
+
+
+def test_kept_columns_are_typed_the_label_column_as_labels_is_multi_label_and_part_of_the_run():
+    job, _ = options.parse_args(["--input_csv", "a", "--output_dir", "b", "--column", "a:b:INT",
+                                 "--column", "label:labels", "--column", "objects:boxes", "--column", "cls:labels",
+                                 "--box_class_column", "cls"])
+    assert [(c.name, c.type, c.box_classes) for c in job.features.columns] == [
+        ("a:b", "int", False), ("objects", "boxes", False), ("cls", "labels", True)]
+    assert job.features.multi_label and job.to_dict()["features"]["multi_label"] is True
+    plain, _ = options.parse_args(["--input_csv", "a", "--output_dir", "b"])
+    assert "features" not in plain.to_dict()  # A run keeping no column keeps the fingerprint it had.
