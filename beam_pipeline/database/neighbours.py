@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from beam_pipeline.common.embeddings import of_column_type
+from beam_pipeline.database.column_filters import ColumnFilter
 from beam_pipeline.database.connection import DatabaseError
 
 # hnsw.ef_search is at most 1000: k beyond it cannot be served by the index.
@@ -51,13 +52,15 @@ def check_query(k: int, ef_search: int | None = None) -> None:
 
 def nearest(connection, table: str, vector: Any, k: int, exact: bool = False, dataset_id: str | None = None,
             explain: bool = False, ef_search: int | None = None, split: str | None = None,
-            label: str | None = None, exact_fallback: bool = True, with_dataset: bool = False) -> Any:
+            label: str | None = None, exact_fallback: bool = True, with_dataset: bool = False,
+            where: tuple[ColumnFilter, ...] = ()) -> Any:
     """The k rows nearest `vector` by cosine distance: [(key, source, path, label, distance)], nearest first.
 
     `with_dataset`: [(key, source, path, label, dataset, distance)] (a table loaded with --append holds several).
 
     Uses the HNSW index at `ef_search` (see `ef_search_for`) unless `exact`. `dataset_id`, `split` and `label`
-    keep only rows with those values, and still return k rows when k exist (`exact_fallback=False`: only what
+    keep only rows with those values (a label also matches one label of a multi-label image), and so do the
+    kept-column filters `where` (`column_filters.py`); k rows come back when k exist (`exact_fallback=False`: only what
     the iterative index scan finds). `explain`: the plan PostgreSQL
     chooses for this very query, as text, instead of its rows.
     """
@@ -69,34 +72,39 @@ def nearest(connection, table: str, vector: Any, k: int, exact: bool = False, da
     kind = embedding_type(connection, table)
     if kind is None:
         raise DatabaseError(f"no table {table} with embeddings here")
-    filters = {name: value for name, value in zip(FILTER_COLUMNS, (dataset_id, split, label)) if value is not None}
+    conditions = [(sql.SQL("{} = %s").format(sql.Identifier(name)), [value])
+                  for name, value in zip(FILTER_COLUMNS, (dataset_id, split)) if value is not None]
+    if label is not None:
+        conditions.append((sql.SQL("(label = %s OR %s = ANY(labels))"), [label, label]))
+    conditions += [column_filter.sql() for column_filter in where]
+    filters = [parameter for _, parameters in conditions for parameter in parameters]
     cast = sql.SQL(of_column_type(kind).pgvector)
-    where = sql.SQL("")
-    if filters:
-        where = sql.SQL("WHERE ") + sql.SQL(" AND ").join(
-            sql.SQL("{} = %s").format(sql.Identifier(name)) for name in filters)
+    where_sql = sql.SQL("")
+    if conditions:
+        where_sql = sql.SQL("WHERE ") + sql.SQL(" AND ").join(condition for condition, _ in conditions)
     columns = sql.SQL("key, source, path, label, dataset" if with_dataset else "key, source, path, label")
     query = sql.SQL("SELECT {}, embedding <=> %s::{} AS distance FROM {} {} "
-                    "ORDER BY embedding <=> %s::{} LIMIT %s").format(columns, cast, sql.Identifier(table), where, cast)
-    parameters = [vector, *filters.values(), vector, k]
+                    "ORDER BY embedding <=> %s::{} LIMIT %s").format(columns, cast, sql.Identifier(table), where_sql,
+                                                                      cast)
+    parameters = [vector, *filters, vector, k]
     with connection.transaction():
         connection.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(ef_search_for(k, ef_search))))
-        if filters:
+        if conditions:
             connection.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         if exact:
             connection.execute("SET LOCAL enable_indexscan = off")
         if explain:
             return "\n".join(row[0] for row in connection.execute(sql.SQL("EXPLAIN ") + query, parameters))
         rows = connection.execute(query, parameters).fetchall()
-        short = filters and exact_fallback and not exact and len(rows) < k
-        if short and _matching(connection, table, where, filters, k) > len(rows):
+        short = conditions and exact_fallback and not exact and len(rows) < k
+        if short and _matching(connection, table, where_sql, filters, k) > len(rows):
             # The iterative scan stopped at hnsw.max_scan_tuples before k rows passed the filter.
             connection.execute("SET LOCAL enable_indexscan = off")
             connection.execute("SET LOCAL enable_seqscan = on")
             rows = connection.execute(query, parameters).fetchall()
     # Iterative scans return rows in relaxed order. Sorted here, not by an outer ORDER BY over a CTE as
     # pgvector's documentation shows: PostgreSQL 18 takes the CTE's own ORDER BY as the order and drops the sort.
-    return sorted(rows, key=lambda row: row[-1]) if filters else rows
+    return sorted(rows, key=lambda row: row[-1]) if conditions else rows
 
 
 def _matching(connection, table, where, filters, k):
@@ -104,4 +112,4 @@ def _matching(connection, table, where, filters, k):
     from psycopg import sql
 
     return connection.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} {} LIMIT %s) AS matching").format(
-        sql.Identifier(table), where), [*filters.values(), k]).fetchone()[0]
+        sql.Identifier(table), where), [*filters, k]).fetchone()[0]

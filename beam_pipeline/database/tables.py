@@ -24,6 +24,8 @@ the shard. Creating the table and the index runs under an advisory lock, so
 concurrent loads wait for each other instead of colliding.
 """
 
+import json
+
 from beam_pipeline.common.embeddings import EMBEDDING_TYPES, of_bit_width
 from beam_pipeline.common.embeddings import embedding_type as embedding_type_named
 from beam_pipeline.common.redact import redact
@@ -66,7 +68,8 @@ def table_columns(embedding_size, embedding_dtype):
     """
     from beam_pipeline.common import predictions
 
-    return [("dataset", "text")] + [(field.name, _postgres_type(field.type))
+    return [("dataset", "text")] + [(field.name, "jsonb" if field.name in predictions.JSON_COLUMNS
+                                     else _postgres_type(field.type))
                                     for field in predictions.schema(embedding_size, embedding_dtype)]
 
 
@@ -154,6 +157,10 @@ def _check_table(connection, url, table, wanted, dataset, append):
     if not holds:
         raise TableRefused(f"{where} was not made by this version of the predict job (it records no datasets): "
                            "choose another --table, or drop that one")
+    lacking = missing_columns(connection, table)
+    if lacking:
+        raise TableRefused(f"{where} was made by an earlier version of the predict job (no column "
+                           f"{', '.join(lacking)}): choose another --table, or drop that one and load again")
     first_id, first_source, model_sha256, model_dir = holds[0]
     if model_sha256 != dataset["model_sha256"]:
         raise TableRefused(f"{where} holds embeddings of the export {model_dir} (SHA-256 {model_sha256[:12]}), "
@@ -191,12 +198,16 @@ def unstorable_rows(values, columns):
 
     `values`: {column: Python values} (as `to_pylist` gives them); `columns`: [(column, PostgreSQL type)].
     """
+    from beam_pipeline.common.kept_columns import holds_nul
+
     found = {}
     for name, kind in columns:
-        if kind not in ("text", "text[]") or name not in values:
+        if kind not in ("text", "text[]", "jsonb") or name not in values:
             continue
         for index, value in enumerate(values[name]):
-            if "\x00" in (value if kind == "text" else "".join(value)):
+            nul = (holds_nul(json.loads(value)) if kind == "jsonb" else
+                   "\x00" in (value if kind == "text" else "".join(value)))
+            if nul:
                 found.setdefault(index, f"its {name} holds a NUL byte, which PostgreSQL text cannot store")
     return found
 
@@ -209,12 +220,18 @@ def _any_stored(connection, target, dataset_id, keys):
         target), (dataset_id, keys)).fetchone()[0]
 
 
+def _as_is(text):
+    """The `columns` cell is JSON text already: sent to jsonb as it is, not encoded again."""
+    return text
+
+
 def upsert_table(connection, table, dataset_id, arrow_table):
     """Upserts an Arrow table of predictions (prediction_shards' schema) in one transaction.
 
     Returns (rows upserted, {row index: why it was left out}).
     """
     from psycopg import errors, sql
+    from psycopg.types.json import Jsonb
 
     embeddings = arrow_table.column("embedding").combine_chunks()
     kind = of_bit_width(embeddings.type.value_type.bit_width)
@@ -239,7 +256,8 @@ def upsert_table(connection, table, dataset_id, arrow_table):
         with connection.cursor().copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
                 into, names)) as copy:
             copy.set_types([kind.pgvector if name == "embedding" else type_ for name, type_ in columns])
-            text_and_lists = [values[name] for name, _ in columns[1:-1]]
+            text_and_lists = [[Jsonb(value, dumps=_as_is) for value in values[name]] if type_ == "jsonb"
+                              else values[name] for name, type_ in columns[1:-1]]
             to_database = kind.to_database
             for row in keep:
                 copy.write_row([dataset_id, *(column[row] for column in text_and_lists), to_database(matrix[row])])
@@ -282,7 +300,7 @@ def count_rows(url, table, dataset_id=None):
 
 
 # The columns a search reads from a predictions table, besides its `embedding` (`neighbours.py`, `stored.py`).
-SEARCHED_COLUMNS = ("dataset", "key", "source", "path", "label")
+SEARCHED_COLUMNS = ("dataset", "key", "source", "path", "label", "labels", "columns")
 
 
 def missing_columns(connection, table):
@@ -299,6 +317,9 @@ def missing_columns(connection, table):
 
 def not_predictions_table(table, missing):
     """The one line that refuses searching `table`, which lacks the `missing` columns."""
+    if set(missing) <= {"labels", "columns"}:
+        return (f"table {table} was loaded by an earlier version of the predict job (no column "
+                f"{', '.join(missing)}): load the predictions again into a new --table")
     return (f"table {table} has embeddings but is not a predictions table (no column {', '.join(missing)}): name a "
             "table the predict job loaded")
 

@@ -50,6 +50,7 @@ class PredictConfig:
     max_file_bytes: int = csv_source.DEFAULT_MAX_FILE_BYTES
     shard_counts: dict = None  # Set by the launcher for --input_csv.
     job_input_csv: str = None  # The CSV of the --input_dir job (relative image paths resolve against it).
+    job_features: dict = None  # The --input_dir job's kept columns (its manifest's `features`), when it kept any.
 
     def to_dict(self):
         """What makes two runs the same run (recorded in run.json and the manifest)."""

@@ -36,6 +36,8 @@ class RowRef:
       key, source, path, split, label: the row's stable key, the path as written in the CSV,
         that path resolved, its split and label.
       line: the CSV line (0 when the row comes from the job's records).
+      labels: a multi-label row's labels (`label` is then '').
+      columns: the job's kept columns of the row, as the predictions' JSON cell (`common/kept_columns.py`).
     """
 
     shard: str
@@ -47,6 +49,8 @@ class RowRef:
     split: str = ""
     label: str = ""
     line: int = 0
+    labels: tuple[str, ...] = ()
+    columns: str = "{}"
 
 
 class _EmptyShard:

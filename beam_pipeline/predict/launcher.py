@@ -179,7 +179,8 @@ class PredictLauncher(Launcher):
         config = self.config
         if self.job_manifest is not None:
             shards = record_shards(OutputLayout(config.input_dir), self.job_manifest)
-            config = dataclasses.replace(config, job_input_csv=self.job_manifest["config"]["input_csv"])
+            config = dataclasses.replace(config, job_input_csv=self.job_manifest["config"]["input_csv"],
+                                         job_features=self.job_manifest["config"].get("features"))
             rows = {}
             for shard in shards:
                 rows[shard.split] = rows.get(shard.split, 0) + shard.rows

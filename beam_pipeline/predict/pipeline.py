@@ -21,6 +21,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 
+from beam_pipeline.common import kept_columns
 from beam_pipeline.common.job_shards import damaged_shard
 from beam_pipeline.common.records import read_records
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
@@ -28,6 +29,7 @@ from beam_pipeline.inputs import rows as csv_source
 from beam_pipeline.inputs.rows import failure_record, read_image_bytes
 from beam_pipeline.predict.inference import EMPTY_SHARD, ExportModelHandler, RowRef
 from tf_serving_input import failures, features
+from tf_serving_input.columns import FeatureSpec
 from tf_serving_input.layout import PredictionLayout, shard_name
 
 # A prediction shard's status says so when its input shard failed verification: it is redone on resume.
@@ -56,8 +58,10 @@ def _empty_shard_batch(name, split):
 class ReadRecordBatches(beam.DoFn):
     """RecordShard -> batches of (RowRef, serialized tf.train.Example) in the shard's order."""
 
-    def __init__(self, output_dir, batch_size, csv_path):
+    def __init__(self, output_dir, batch_size, csv_path, features=None):
         self._layout = PredictionLayout(output_dir)
+        # The job's kept columns, read back from each record into the predictions' `columns` cell.
+        self._features = FeatureSpec.from_json(features) if features else FeatureSpec()
         self._batch_size = batch_size
         self._csv_path = csv_path  # The job's CSV: image paths in records resolve against it.
 
@@ -86,9 +90,13 @@ class ReadRecordBatches(beam.DoFn):
                     return feature[key].bytes_list.value[0].decode("utf-8")
 
                 source = text(features.IMAGE_SOURCE)
+                labels = [value.decode("utf-8") for value in feature[features.LABEL_TEXT].bytes_list.value]
+                multi = self._features.multi_label
                 ref = RowRef(shard=shard.name, index=index, total=shard.rows, key=text(features.IMAGE_KEY),
                              source=source, path=csv_source.resolve_path(source, self._csv_path),
-                             split=shard.split, label=text(features.LABEL_TEXT))
+                             split=shard.split, label="" if multi else labels[0] if labels else "",
+                             labels=tuple(labels) if multi else (),
+                             columns=kept_columns.to_json(kept_columns.from_record(record, self._features)))
                 items.append((ref, record))
                 if len(items) == self._batch_size:
                     yield items
@@ -123,7 +131,9 @@ class ReadImageBatches(beam.DoFn):
                 except failures.RowFailure as failure:
                     data = failure
                 items.append((RowRef(shard=name, index=position, total=len(rows), key=row.key, source=row.source,
-                                     path=row.path, split=row.split, label=row.label, line=row.line), data))
+                                     path=row.path, split=row.split, label=row.label, line=row.line,
+                                     labels=row.labels,
+                                     columns=kept_columns.to_json(kept_columns.from_row(row.columns))), data))
             yield items
 
 
@@ -181,7 +191,7 @@ def build_predict_pipeline(pipeline, config, model, shards):
                    | "SpreadShards" >> beam.Reshuffle()
                    # RecordShard
                    | "ReadBatches" >> beam.ParDo(ReadRecordBatches(config.output_dir, config.batch_size,
-                                                                   config.job_input_csv)))
+                                                                   config.job_input_csv, config.job_features)))
     else:
         from beam_pipeline.inputs.rows import group_rows_by_shard
 

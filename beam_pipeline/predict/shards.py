@@ -28,12 +28,14 @@ def build_table(refs, predictions, vocabulary, embedding_size, embedding_dtype):
         "key": [ref.key for ref in refs], "source": [ref.source for ref in refs],
         "path": [ref.path for ref in refs], "split": [ref.split for ref in refs],
         "label": [ref.label for ref in refs],
+        "labels": [list(ref.labels) if ref.labels else [ref.label] if ref.label else [] for ref in refs],
+        "columns": [ref.columns for ref in refs],
         "top_k_ids": [p.top_ids.tolist() for p in predictions],
         "top_k_labels": [labels(p.top_ids.tolist()) for p in predictions],
         "top_k_scores": [p.top_scores.tolist() for p in predictions],
     }
     table_schema = schema(embedding_size, embedding_dtype)
-    arrays = [pa.array(columns[name], table_schema.field(name).type) for name in COLUMNS[:8]]
+    arrays = [pa.array(columns[name], table_schema.field(name).type) for name in COLUMNS[:10]]
     if embedding_size:
         dtype = embedding_type(embedding_dtype).numpy_dtype()
         flat = (np.stack([p.embedding for p in predictions]).astype(dtype).reshape(-1) if predictions

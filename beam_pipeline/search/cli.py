@@ -42,7 +42,12 @@ def build_parser(prog=PROG):
     parser.add_argument("--split", default=None,
                         help="Only images of this split (such as train or validation). Filtered searches still "
                              "return k rows whenever k exist (pgvector's iterative index scan, then an exact scan).")
-    parser.add_argument("--label", default=None, help="Only images of this label (as the CSV wrote it).")
+    parser.add_argument("--label", default=None, help="Only images of this label (as the CSV wrote it; in a "
+                        "multi-label run, images holding this label among theirs).")
+    parser.add_argument("--where", action="append", default=[], metavar="NAME=VALUE",
+                        help="Only images whose kept column (the job's --column) matches: NAME=VALUE (a text value, "
+                             "one label of a labels column, or a number), or NAME<NUMBER, <=, >, >= (numbers). "
+                             "Repeatable: all must hold.")
     parser.add_argument("--ef_search", type=int, default=None,
                         help="HNSW candidate list (k to 1000): higher finds more of the true neighbours, slower. "
                              "Default: 100 (or 2k when larger), which held recall@10 >= 0.95 against exact search "
@@ -178,6 +183,12 @@ def _refusal(args):
     for flag, value in (("--split", args.split), ("--label", args.label), ("--dataset", args.dataset)):
         if value is not None and ("\x00" in value or not value.strip() and flag != "--label"):
             return f"{flag} {value!r}: not a value a row can hold"
+    from beam_pipeline.database.column_filters import parse_where
+
+    try:
+        args.where_filters = tuple(parse_where(text) for text in args.where)
+    except ValueError as error:
+        return str(error)
     if args.table is not None:
         try:
             database.check_table_name(args.table)
@@ -221,7 +232,7 @@ def _search(args, url, query):
                                   "predictions came from")
         neighbours = database.nearest(connection, table, vector, args.k, exact=args.exact, dataset_id=args.dataset,
                                       ef_search=args.ef_search, split=args.split, label=args.label,
-                                      with_dataset=True)
+                                      with_dataset=True, where=args.where_filters)
         datasets = dict(database.datasets_in(connection, table))  # {id: source}: what names each dataset.
     if args.contact_sheet:
         from beam_pipeline.common.contact_sheet import render_contact_sheet
@@ -249,7 +260,8 @@ def format_neighbours(args, table, neighbours, datasets=None):
     the folder (or CSV) it was made from.
     """
     asked = (("split", args.split), ("label", args.label), ("dataset", args.dataset))
-    filters = ", ".join(f"{name} {terminal.shown(value)!r}" for name, value in asked if value is not None)
+    filters = ", ".join([f"{name} {terminal.shown(value)!r}" for name, value in asked if value is not None]
+                        + [terminal.shown(str(where)) for where in getattr(args, "where_filters", ())])
     query = terminal.shown(args.key or args.image, terminal.PATH_WIDTH)
     lines = [f"{len(neighbours)} nearest to {query} in {table}{f' ({filters})' if filters else ''} "
              "(cosine distance):"]
@@ -268,7 +280,7 @@ def _as_json(args, table, neighbours, datasets):
     return {
         "query": {"key": args.key, "image": args.image}, "table": table, "k": args.k,
         "contact_sheet": args.contact_sheet,
-        "filters": {"split": args.split, "label": args.label, "dataset": args.dataset},
+        "filters": {"split": args.split, "label": args.label, "dataset": args.dataset, "where": list(args.where)},
         "ef_search": None if args.exact else database.ef_search_for(args.k, args.ef_search), "exact": args.exact,
         "neighbours": [{"rank": rank, "key": key, "source": source, "path": path, "label": label,
                         "dataset": dataset, "dataset_source": datasets.get(dataset), "distance": float(distance)}

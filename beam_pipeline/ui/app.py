@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
+from beam_pipeline.database.column_filters import ColumnFilter, parse_where
 from beam_pipeline.ui import visible
 from beam_pipeline.ui.chart import bar_chart
 from beam_pipeline.ui.guard import AllowedHosts, Guard
@@ -139,6 +140,16 @@ def create_app(state: UiState, hosts: AllowedHosts | None = None) -> FastAPI:
             refuse(400, f"{name}: {value[:80]!r} is none of this run's {name}s ({', '.join(allowed)[:400]})")
         return value
 
+    def column_filters(where: str | None) -> tuple[ColumnFilter, ...]:
+        """The kept-column filters of a search: NAME=VALUE (or <, <=, >, >= a number), several joined by ' AND '."""
+        if not where or not where.strip():
+            return ()
+        try:
+            return tuple(parse_where(part.strip()) for part in where.split(" AND "))
+        except ValueError as error:
+            refuse(400, str(error))
+            raise  # refuse raises; this line only tells the type checker so.
+
     def entry_or_404(key: str):
         entry = state.job.index.get(key) if len(key) <= MAX_KEY_LENGTH else None
         if entry is None:
@@ -217,7 +228,7 @@ def create_app(state: UiState, hosts: AllowedHosts | None = None) -> FastAPI:
         group = state.quality.group_of(key) if state.quality else None
         flags = state.quality.flags_of(key) if state.quality else None
         return page(request, "item.html", entry=entry, top_k=top_k, neighbours=neighbours, problem=problem,
-                    group=group, flags=flags, k=k)
+                    group=group, flags=flags, k=k, kept=state.job.kept_columns(key))
 
     @app.get("/image/{key}")
     def image(key: str, size: int = Query(THUMBNAIL_SIZE, ge=1, le=max(THUMBNAIL_SIZES))) -> Response:
@@ -238,18 +249,21 @@ def create_app(state: UiState, hosts: AllowedHosts | None = None) -> FastAPI:
     def search_form(request: Request, key: str | None = Query(None, max_length=MAX_KEY_LENGTH),
                     k: int = Query(DEFAULT_K, ge=1, le=MAX_K),
                     split: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
-                    label: str | None = Query(None, max_length=MAX_FILTER_LENGTH)) -> HTMLResponse:
+                    label: str | None = Query(None, max_length=MAX_FILTER_LENGTH),
+                    where: str | None = Query(None, max_length=MAX_FILTER_LENGTH)) -> HTMLResponse:
         if state.search is None:
             refuse(404, "search needs the predictions table: start the UI with --predictions_dir and --database")
         split, label = known(split, state.job.splits, "split"), known(label, state.job.labels, "label")
+        filters = column_filters(where)
         neighbours = None
         if key:
             entry_or_404(key)
             try:
-                neighbours = state.search.by_key(key, k, split, label)
+                neighbours = state.search.by_key(key, k, split, label, filters)
             except LookupError as error:
                 refuse(404, str(error))
-        return page(request, "search.html", neighbours=neighbours, query_key=key, k=k, split=split, label=label)
+        return page(request, "search.html", neighbours=neighbours, query_key=key, k=k, split=split, label=label,
+                    where=where or "")
 
     @app.post("/search", response_class=HTMLResponse)
     async def search_upload(request: Request, k: int = Query(DEFAULT_K, ge=1, le=MAX_K)) -> HTMLResponse:
@@ -281,15 +295,17 @@ def create_app(state: UiState, hosts: AllowedHosts | None = None) -> FastAPI:
         # The form's filters: text fields, checked against the run's own splits and labels like the gallery's.
         split, label = (known(text_field(form, name), allowed, name)
                         for name, allowed in (("split", state.job.splits), ("label", state.job.labels)))
+        where = text_field(form, "where")
+        filters = column_filters(where)
         await form.close()
         if len(data) > limit:
             refuse(413, f"{failures.TOO_LARGE_FILE}: the upload is more than --max_file_bytes={limit} bytes")
         try:
-            neighbours = await run_in_threadpool(state.search.by_image, data, k, split, label)
+            neighbours = await run_in_threadpool(state.search.by_image, data, k, split, label, filters)
         except failures.RowFailure as failure:
             refuse(UPLOAD_STATUS.get(failure.reason, 422), f"{failure.reason}: {failure.detail}")
         return page(request, "search.html", neighbours=neighbours, query_key=None, k=k, split=split, label=label,
-                    query_name=(upload.filename or "upload")[:200])
+                    query_name=(upload.filename or "upload")[:200], where=where or "")
 
     @app.get("/quality", response_class=HTMLResponse)
     def quality(request: Request) -> HTMLResponse:

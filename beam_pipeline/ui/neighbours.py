@@ -11,6 +11,7 @@ from typing import Any
 
 from beam_pipeline import database
 from beam_pipeline.common.query_embedding import QueryEmbedder, check_image_bytes
+from beam_pipeline.database.column_filters import ColumnFilter
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,23 +48,27 @@ class NeighbourSearch:
         source = self.datasets.get(dataset_id)
         return f"{source} ({dataset_id})" if source else dataset_id
 
-    def by_image(self, data: bytes, k: int, split: str | None = None, label: str | None = None) -> list[Neighbour]:
+    def by_image(self, data: bytes, k: int, split: str | None = None, label: str | None = None,
+                 where: tuple[ColumnFilter, ...] = ()) -> list[Neighbour]:
         """The k nearest an image's bytes (of one split and/or label when given); RowFailure (the job's reason
         codes) when they are no usable image."""
         assert self.embedder is not None, "uploads are searched only with --model_dir"
         check_image_bytes(data, self.max_pixels)
-        return self._nearest(self.embedder.embed(data), k, split, label)
+        return self._nearest(self.embedder.embed(data), k, split, label, where)
 
-    def by_key(self, key: str, k: int, split: str | None = None, label: str | None = None) -> list[Neighbour]:
+    def by_key(self, key: str, k: int, split: str | None = None, label: str | None = None,
+               where: tuple[ColumnFilter, ...] = ()) -> list[Neighbour]:
         """The k nearest a stored image, itself left out; LookupError when the table has no such key."""
         with self.pool.connection() as connection:
             vector, _ = database.stored_embedding(connection, self.table, key, self.dataset_id)
-        return [n for n in self._nearest(vector, min(k + 1, database.MAX_K), split, label) if n.key != key][:k]
+        return [n for n in self._nearest(vector, min(k + 1, database.MAX_K), split, label, where)
+                if n.key != key][:k]
 
-    def _nearest(self, vector: Any, k: int, split: str | None, label: str | None) -> list[Neighbour]:
+    def _nearest(self, vector: Any, k: int, split: str | None, label: str | None,
+                 where: tuple[ColumnFilter, ...] = ()) -> list[Neighbour]:
         with self.pool.connection() as connection:
             # Filters are query parameters in database.nearest (issue 21), and still return k rows when k exist.
             rows = database.nearest(connection, self.table, vector, k, dataset_id=self.dataset_id, split=split,
-                                    label=label, with_dataset=True)
+                                    label=label, with_dataset=True, where=where)
         return [Neighbour(key, source, label, float(distance), dataset)
                 for key, source, _, label, dataset, distance in rows]

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from beam_pipeline.common import kept_columns
 from beam_pipeline.ui.record_index import KeyLookup, RecordIndex, counts, dictionary_column, equal_mask
+from tf_serving_input.columns import FeatureSpec
+from tf_serving_input.features import LABEL_TEXT
 from tf_serving_input.layout import OutputLayout, PredictionLayout
 
 
@@ -38,6 +42,8 @@ class JobRun:
         self.layout = OutputLayout(input_dir)
         self.manifest = self.layout.load_manifest() if manifest is None else manifest
         self.index = RecordIndex(self.layout, self.manifest, cache_dir)
+        features = self.manifest.get("config", {}).get("features")
+        self.features = FeatureSpec.from_json(features) if features else FeatureSpec()
         self.label_counts = counts(self.index.columns["label"])
         self.splits = sorted(counts(self.index.columns["split"]))
         self.labels = sorted(self.label_counts)
@@ -49,6 +55,24 @@ class JobRun:
         # Reading, unifying and sorting left ~100 MB a million rows of freed buffers in Arrow's pool: give
         # them back, the server's RSS is what a million-image run is judged by.
         pa.default_memory_pool().release_unused()
+
+    def kept_columns(self, key: str) -> list[tuple[str, str]]:
+        """(name, value as a page shows it) of an image's kept columns (the job's --column), and a multi-label
+        image's labels, read from its record; [] when the run kept none."""
+        if not self.features.columns and not self.features.multi_label:
+            return []
+        record = self.index.record(key)
+        shown = []
+        if self.features.multi_label:
+            labels = kept_columns.feature_lists(record, [LABEL_TEXT]).get(LABEL_TEXT, [])
+            shown.append(("labels", ", ".join(label.decode("utf-8", "replace") for label in labels) or "(none)"))
+        values = kept_columns.from_record(record, self.features)
+        for column in self.features.columns:
+            value = values.get(column.name)
+            text = ("(missing)" if value is None else value if isinstance(value, str)
+                    else ", ".join(value) if column.type == "labels" else json.dumps(value))
+            shown.append((column.name, text))
+        return shown
 
     def select(self, split: str | None, label: str | None, within: pa.Array | None = None) -> pa.Array:
         """The rows (gallery order) of one split and/or label (None: any), among `within` (sorted rows) if given."""

@@ -261,3 +261,60 @@ def test_a_search_in_a_table_the_predict_job_did_not_make_is_a_usage_error(pg):
         refused = in_process.search("--database", pg, "--table", "not_predictions", *argv)
         assert refused.returncode == 2, refused.stderr
         assert refused.stderr.count("\n") == 1 and "not_predictions" in refused.stderr, refused.stderr
+
+
+KEPT = [  # (labels, columns JSON) per row: hostile text, a 10k caption, numbers, boxes, a multi-label row.
+    ((), '{"caption":"a \\"quoted\\", line\\nbreak 🐕 \\u202e","score":0.25,"tags":["cat","猫"]}'),
+    (("cat", "dog"), '{"caption":"' + "x" * 10_000 + '","n":3,"objects":[[0.1,0.2,0.5,0.6]],"score":0.75}'),
+    ((), '{"score":-1.5,"tags":["dog"]}'),
+    ((), "{}"),
+    ((), '{"caption":"n\\u0000l"}'),  # NUL: PostgreSQL's jsonb cannot hold it.
+]
+
+
+def test_kept_columns_and_every_label_reach_the_table_and_filter_a_search(pg):
+    """The predictions' `labels` and `columns` (the job's --column values, JSON) load into text[] and jsonb,
+    read back by psql; a NUL in a column leaves its row out; --where filters match text, labels and numbers."""
+    import json
+    import subprocess
+
+    from beam_pipeline.database.column_filters import parse_where
+
+    table = predictions(len(KEPT), label="")
+    labels = [list(labels) for labels, _ in KEPT]
+    table = table.set_column(table.schema.get_field_index("labels"), "labels", pa.array(labels, pa.list_(pa.string())))
+    table = table.set_column(table.schema.get_field_index("columns"), "columns",
+                             pa.array([columns for _, columns in KEPT], pa.string()))
+    database.prepare_table(pg, "kept", 4, "float32", DATASET)
+    with database.connect(pg) as connection:
+        loaded, left_out = database.upsert_table(connection, "kept", DATASET["id"], table)
+        connection.commit()
+        assert loaded == 4 and list(left_out) == [4] and "columns holds a NUL" in left_out[4]
+
+        def keys(*where, label=None):
+            rows = database.nearest(connection, "kept", np.array([1, 0, 0, 0], np.float32), 5, exact=True,
+                                    label=label, where=tuple(parse_where(text) for text in where))
+            return sorted(int(key, 16) for key, *_ in rows)
+
+        assert keys("tags=cat") == [0] and keys("tags=dog") == [2] and keys("score>=0.25") == [0, 1]
+        assert keys("score<0") == [2] and keys("n=3") == [1] and keys("n=3.0") == [1] and keys("score>0", "n=3") == [1]
+        assert keys('caption=a "quoted", line\nbreak 🐕 \u202e') == [0] and keys("caption>1") == []
+        assert keys(label="dog") == [1] and keys("nothing=1") == []
+    from beam_pipeline.database.server import EmbeddedServer  # psql: what a user reads the table with.
+
+    out = subprocess.run([EmbeddedServer.psql(), pg, "-At", "-c",
+                          "SELECT columns->>'caption', labels FROM kept ORDER BY key"],
+                         capture_output=True, text=True, check=True).stdout
+    assert 'a "quoted", line\nbreak 🐕 \u202e' in out and "{cat,dog}" in out
+    with database.connect(pg) as connection:
+        stored = connection.execute("SELECT columns FROM kept ORDER BY key").fetchall()
+    assert stored[1][0]["objects"] == [[0.1, 0.2, 0.5, 0.6]] and json.dumps(stored[3][0]) == "{}"
+
+
+@pytest.mark.parametrize("text, words", [("score", "is not NAME=VALUE"), ("=x", "is not NAME=VALUE"),
+                                         ("score>=high", "not a finite number"), ("a=\x00", "NUL")])
+def test_a_where_filter_that_is_not_one_is_refused_in_one_line(text, words):
+    from beam_pipeline.database.column_filters import parse_where
+
+    with pytest.raises(ValueError, match=words):
+        parse_where(text)
