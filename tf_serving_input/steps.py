@@ -233,9 +233,14 @@ def _load_module(module_name: str) -> tuple[Any, str]:
 
 def _function(module: Any, where: str, function: str) -> Callable[..., Any]:
     fn = getattr(module, function, None)
+    if inspect.isclass(fn):
+        raise StepRefused(f"{where}: {function} is a class, not a function: name a function (of the image) that "
+                          "does the step")
     if fn is None or not callable(fn):
+        # The module's own functions: what it imports (`from os.path import join`) is not one of its steps.
         defined = sorted(name for name, value in vars(module).items()
-                         if inspect.isfunction(value) and not name.startswith("_"))
+                         if inspect.isfunction(value) and not name.startswith("_")
+                         and getattr(value, "__module__", None) == module.__name__)
         what = "no function" if fn is None else "not a function:"
         raise StepRefused(f"{where}: {what} {function!r} (functions there: {', '.join(defined) or 'none'})")
     return fn
@@ -400,14 +405,19 @@ def python_caller(record: StepRecord, fn: Callable[..., Any]) -> Callable[[Any],
     return lambda image: fn(image, state)
 
 
-def python_output_problem(name: str, out: Any) -> str | None:
-    """What is wrong with a Python step's output (a step_bad_output detail), or None for a uint8 [h, w, 3] array."""
+def python_output_problem(name: str, out: Any, max_pixels: int | None = None) -> str | None:
+    """What is wrong with a Python step's output (a step_bad_output detail), or None for a uint8 [h, w, 3] array
+    of at most `max_pixels` pixels (the job's --max_pixels: a step's output is bounded as a decoded input is, or
+    a step that upsamples would take the worker's memory in the resize)."""
     import numpy as np
 
     if not isinstance(out, np.ndarray):
         return f"{name} returned {type(out).__name__}, not a NumPy array"
     if out.dtype != np.uint8 or out.ndim != 3 or out.shape[2] != 3 or out.shape[0] < 1 or out.shape[1] < 1:
         return f"{name} returned a {out.dtype} array of shape {list(out.shape)}; a step returns uint8 [h, w, 3]"
+    if max_pixels is not None and out.shape[0] * out.shape[1] > max_pixels:
+        return (f"{name} returned a {out.shape[1]}x{out.shape[0]} image: {out.shape[0] * out.shape[1]} pixels, more "
+                f"than --max_pixels {max_pixels}")
     return None
 
 

@@ -26,6 +26,8 @@ class QuerySteps:
 
         from tf_serving_input.preprocessing import inspect_and_decode_for_steps, resize_stepped
 
+        self._max_pixels = config.max_pixels  # A step's output is bounded as the job bounds it.
+
         def decode(data: Any) -> Any:
             return inspect_and_decode_for_steps(data, config)
 
@@ -75,7 +77,7 @@ class QuerySteps:
                 out = call(pixels)
             except Exception as error:  # noqa: BLE001 - the step's failure is the query's, one line.
                 raise failures.RowFailure(failures.STEP_FAILED, f"{name}: {image_steps.error_line(error)}") from None
-            problem_text = image_steps.python_output_problem(name, out)
+            problem_text = image_steps.python_output_problem(name, out, self._max_pixels)
             if problem_text is not None:
                 raise failures.RowFailure(failures.STEP_BAD_OUTPUT, problem_text)
             image = np.ascontiguousarray(out)

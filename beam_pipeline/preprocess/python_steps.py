@@ -48,7 +48,9 @@ class SteppedRows:
         self._timeout = timeout
         self._steps = []  # (name, kind, position in the run, callable or the child's position of the Python step)
         python_records = [record for record in records if record.kind == image_steps.PYTHON]
-        self._process = step_process.StepProcess(python_records, timeout) if in_child else None
+        self._max_pixels = config.max_pixels
+        self._process = (step_process.StepProcess(python_records, timeout, config.max_pixels) if in_child
+                         else None)
         for record in records:
             if record.kind == image_steps.TF:
                 call = image_steps.tf_step_call(image_steps.load(record), record)
@@ -120,7 +122,7 @@ class SteppedRows:
             # Its prints go to stderr (the run's log during a run), never to the command's stdout.
             try:
                 with contextlib.redirect_stdout(sys.stderr):
-                    outcome = step_process.run_step(name, call, pixels)
+                    outcome = step_process.run_step(name, call, pixels, self._max_pixels)
             except SystemExit as exiting:  # It would end this worker: the run ends, naming the step.
                 raise step_process.StepCrashed(f"{step_process.CRASH_MARK} --image_step {name} called sys.exit"
                                                f"({exiting.code!r}) on an image") from None

@@ -140,8 +140,9 @@ def crash_line(text: str) -> str | None:
     return None
 
 
-def run_step(name: str, call: Any, pixels: Any) -> Ran | Raised | BadOutput:
-    """One step on one read-only image, timed; an exception is the row's (Raised), never raised on."""
+def run_step(name: str, call: Any, pixels: Any, max_pixels: int | None = None) -> Ran | Raised | BadOutput:
+    """One step on one read-only image, timed; an exception is the row's (Raised), never raised on; an output of
+    more than `max_pixels` pixels is a BadOutput."""
     import numpy as np
 
     started = time.perf_counter()
@@ -151,7 +152,7 @@ def run_step(name: str, call: Any, pixels: Any) -> Ran | Raised | BadOutput:
         return Raised(f"{name}: {image_steps.error_line(error)}", "".join(traceback.format_exception(error)),
                       time.perf_counter() - started)
     seconds = time.perf_counter() - started
-    problem = image_steps.python_output_problem(name, out)
+    problem = image_steps.python_output_problem(name, out, max_pixels)
     if problem is not None:
         return BadOutput(problem, seconds)
     return Ran(np.ascontiguousarray(out), seconds)
@@ -172,9 +173,11 @@ def _how_it_ended(returncode: int | None) -> str:
 class StepProcess:
     """The Python steps of one worker, run in a child process; `timeout` seconds an image (None: no limit)."""
 
-    def __init__(self, records: list[image_steps.StepRecord], timeout: float | None) -> None:
+    def __init__(self, records: list[image_steps.StepRecord], timeout: float | None,
+                 max_pixels: int | None = None) -> None:
         self._records = list(records)
         self._timeout = timeout
+        self._max_pixels = max_pixels  # A larger output is a step_bad_output row (steps.python_output_problem).
         self._child: subprocess.Popen[bytes] | None = None
         self._requests: Connection | None = None
         self._answers: Connection | None = None
@@ -202,7 +205,7 @@ class StepProcess:
         self._requests, self._answers = Connection(parent_write, readable=False), Connection(parent_read,
                                                                                              writable=False)
         # The records themselves: a file step's carried bytes go with them (the child never reads the path).
-        self._requests.send((list(sys.path), self._records))
+        self._requests.send((list(sys.path), self._records, self._max_pixels))
         bound = setup_bound(self._timeout)
         try:
             if bound is not None and not self._answers.poll(bound):
@@ -295,7 +298,7 @@ def _serve(read_fd: int, write_fd: int, pixels_fd: int) -> None:
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     requests, answers = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
     shared = _Pixels(pixels_fd)
-    path, records = requests.recv()
+    path, records, max_pixels = requests.recv()
     sys.path[:] = path  # The parent's: a package.module step imports here as it did there.
     try:
         callers = [(record.name, image_steps.python_caller(record, image_steps.load(record))) for record in records]
@@ -311,7 +314,7 @@ def _serve(read_fd: int, write_fd: int, pixels_fd: int) -> None:
         pixels = shared.view(shape)
         pixels.flags.writeable = False  # The step may not change the image in place; it returns its own.
         name, call = callers[position]
-        outcome = run_step(name, call, pixels)
+        outcome = run_step(name, call, pixels, max_pixels)
         if isinstance(outcome, Ran):  # Its image goes back where the request's was (it may be that very view).
             outcome = Ran(shared.put(outcome.image.copy() if _shares(outcome.image, pixels) else outcome.image),
                           outcome.seconds)

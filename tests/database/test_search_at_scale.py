@@ -248,7 +248,8 @@ def test_search_command_filters_and_prints_json(indexed, capsys):
                                 "--split", "train", "-k", "12", "--ef_search", "300", "--format", "json")
     assert code == 0, err
     answer = json.loads(out)
-    assert answer["filters"] == {"split": "train", "label": RARE, "dataset": None, "where": []} and answer["ef_search"] == 300
+    assert answer["filters"] == {"split": "train", "label": RARE, "dataset": None, "where": []}
+    assert answer["ef_search"] == 300
     assert len(answer["neighbours"]) == 12
     assert [n["rank"] for n in answer["neighbours"]] == list(range(1, 13))
     for neighbour in answer["neighbours"]:

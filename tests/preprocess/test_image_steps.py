@@ -64,6 +64,14 @@ HOSTILE = textwrap.dedent('''\
     @beam_pipeline.batch_step
     def reverse_channels(images):  # After the resize, on the whole batch: RGB -> BGR.
         return images[..., ::-1]
+
+
+    from os.path import join  # Imported, not defined here: not one of the functions a refusal lists.
+
+
+    class Cropper:
+        def __init__(self):
+            pass
     ''')
 
 
@@ -194,6 +202,7 @@ def refusal(tmp_path, spec):
     ("import no_such_module_here\n", "invert", ":1: importing it failed: ModuleNotFoundError"),
     (HOSTILE, "missing", "no function 'missing' (functions there: as_float, as_list, hostile, invert, "),
     (HOSTILE, "two", ":27: two takes 2 parameters; a step takes 1: the image"),
+    (HOSTILE, "Cropper", ": Cropper is a class, not a function: name a function (of the image)"),
     (HOSTILE, "python_only", ":23: python_only cannot be traced as a TF step (AttributeError: "),
     # What its trace shows cannot be an image (the hostile trial: every row failed instead).
     (HOSTILE, "as_float", ":15: as_float returns float32 of shape (None, None, 3); a TF step returns uint8 [h, w, 3]"),
@@ -204,6 +213,7 @@ def test_a_step_that_cannot_work_is_refused_before_any_work(tmp_path, source, fu
         steps_file.write_text(source)
     line = refusal(tmp_path, f"{steps_file}:{function}")
     assert f"{steps_file}" in line and expected in line, line
+    assert "join" not in line  # The module's own functions only.
     if function == "python_only":
         assert line.endswith(steps.PYTHON_HINT)
 

@@ -51,8 +51,10 @@ def rows_of(folder, reds):
 def test_a_step_that_raises_or_hangs_fails_its_row_and_the_rest_go_on_printing_nothing_to_stdout(tmp_path, capfd):
     record = hostile_record(tmp_path)
     # Every 7th raises; 250 never returns (stopped at the timeout, its process replaced); the rows after it run.
-    reds = list(range(1, 16)) + [250, 16, 17]
-    preprocessor = RowPreprocessor(PreprocessConfig(image_size=SIZE), steps=(record,), step_timeout=TIMEOUT)
+    # 249 returns 1000x1200 pixels, more than --max_pixels (a step's output is bounded as a decoded image is).
+    reds = list(range(1, 16)) + [249, 250, 16, 17]
+    preprocessor = RowPreprocessor(PreprocessConfig(image_size=SIZE, max_pixels=1_000_000), steps=(record,),
+                                   step_timeout=TIMEOUT)
     try:
         outcomes = {row.source: outcome for row, outcome in preprocessor(rows_of(tmp_path, reds))}
         times = preprocessor.take_step_times()
@@ -63,6 +65,8 @@ def test_a_step_that_raises_or_hangs_fails_its_row_and_the_rest_go_on_printing_n
         "red_7.png": failures.RowFailure(failures.STEP_FAILED, "hostile: ValueError: red level 7 is a multiple of 7"),
         "red_14.png": failures.RowFailure(failures.STEP_FAILED,
                                           "hostile: ValueError: red level 14 is a multiple of 7"),
+        "red_249.png": failures.RowFailure(failures.STEP_BAD_OUTPUT, "hostile returned a 1000x1200 image: 1200000 "
+                                           "pixels, more than --max_pixels 1000000"),
         "red_250.png": failures.RowFailure(failures.STEP_TIMEOUT, "hostile: still running after --step_timeout 2 s; "
                                            "stopped (its process replaced)")}
     assert len(outcomes) == len(reds)

@@ -2,6 +2,7 @@
 of several rows meets them all. NumPy only: a step's module is imported in each step process.
 
     red % 7 == 0   raises (every 7th image of rows whose red levels count 1, 2, 3, ...)
+    249            returns the image 100 times larger each way (more than a test's --max_pixels)
     250            sleeps forever
     251            sys.exit(3)
     254            os._exit(7), only while a file `crash_now` lies beside this one (so that a rerun resumes)
@@ -27,6 +28,8 @@ def hostile(image):
     os.write(1, b"hostile step writes to fd 1\n")
     if red % 7 == 0:
         raise ValueError(f"red level {red} is a multiple of 7")
+    if red == 249:
+        return image.repeat(100, axis=0).repeat(100, axis=1)
     if red == 250:
         while True:
             time.sleep(3600)
