@@ -98,8 +98,8 @@ REASONS = {
     STEP_FAILED: ("a --image_step raised for this image: the detail names the step, the error's type and its "
                   "first line (a Python step's traceback is in the run's log)"),
     STEP_BAD_OUTPUT: ("a --image_step returned something that is not a uint8 [h, w, 3] image with h, w >= 1 (another "
-                      "dtype, rank or channel count, an empty image, not an array), or a Python step's image of more than "
-                      "--max_pixels pixels: the detail says what came back"),
+                      "dtype, rank or channel count, an empty image, not an array), or a Python step's image of "
+                      "more than --max_pixels pixels: the detail says what came back"),
     STEP_TIMEOUT: ("a Python --image_step ran longer than --step_timeout seconds on this image: it was stopped (its "
                    "process replaced) and the shard went on"),
     BAD_VALUE: ("a cell of a kept column (--column, or a multi-label label column) is not a value of the column's "
