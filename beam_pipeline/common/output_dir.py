@@ -20,6 +20,23 @@ class OutputDirError(RuntimeError):
     """The output folder cannot be used as asked."""
 
 
+# How many of the settings that differ a refusal names.
+MAX_NAMED = 4
+
+
+def differences(earlier: Any, now: Any, prefix: str = "") -> list[str]:
+    """The dotted names of the settings that differ between two fingerprints (never their values: a value may be
+    long, or a URL): what a refusal says changed, such as `config.image_steps` for a changed step."""
+    if not isinstance(earlier, dict) or not isinstance(now, dict):
+        return [prefix.rstrip(".")] if earlier != now and prefix else []
+    found = []
+    for name in sorted(set(earlier) | set(now), key=str):
+        if earlier.get(name) != now.get(name):
+            found += differences(earlier.get(name), now.get(name), f"{prefix}{name}.") if isinstance(
+                earlier.get(name), dict) and isinstance(now.get(name), dict) else [f"{prefix}{name}"]
+    return found
+
+
 def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> int:
     """Makes the folder ready; returns how many finished shards an earlier identical run left.
 
@@ -30,9 +47,12 @@ def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> 
     """
     existing = [name for name in layout.entries() if FileSystems.exists(layout.path(name))]
     resumable = bool(existing) and not overwrite
-    if resumable and read_json(layout.run_file) != fingerprint:
+    if resumable and (earlier := read_json(layout.run_file)) != fingerprint:
+        changed = differences(earlier, fingerprint)
+        what = f" (it differs in {', '.join(changed[:MAX_NAMED])}{', ...' if len(changed) > MAX_NAMED else ''})" \
+            if changed else ""
         raise OutputDirError(
-            f"{layout.root} already holds output of a different input or configuration "
+            f"{layout.root} already holds output of a different input or configuration{what} "
             f"({', '.join(existing)}); pass --overwrite to replace it, or choose another --output_dir")
     stale = [layout.path(name) for name in existing if not (resumable and name in layout.kept_on_resume())]
     if resumable:  # Files a killed run was still writing.

@@ -192,7 +192,8 @@ def test_a_run_killed_while_preparing_its_folder_is_resumed_by_the_same_command(
         output_dir.prepare(folder, fingerprint, overwrite=False)
     monkeypatch.setattr(FileSystems, "mkdirs", real_mkdirs)
     assert output_dir.prepare(folder, fingerprint, overwrite=False) == 0  # Resumed, nothing finished yet.
-    with pytest.raises(output_dir.OutputDirError, match="different input or configuration"):
+    with pytest.raises(output_dir.OutputDirError, match=r"different input or configuration \(it differs in "
+                                                        r"config\.input\)"):
         output_dir.prepare(folder, {"config": {"input": "b"}}, overwrite=False)  # Another run: still refused.
 
 

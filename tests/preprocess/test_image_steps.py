@@ -176,6 +176,7 @@ def test_a_changed_step_is_refused_on_rerun_and_at_export_unless_overwrite(stepp
         assert again.returncode == 2, again.stderr
         [line] = [line for line in again.stderr.splitlines() if line.startswith("error:")]
         assert "different input or configuration" in line and "--overwrite" in line
+        assert "it differs in config.image_steps" in line  # Says what changed: the step (hostile trial).
         model = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten()])
         with pytest.raises(steps.StepRefused, match="changed since the run was made"):
             export_serving_model(model, str(out), str(tmp_path / "export"), embedding_layer=False)
