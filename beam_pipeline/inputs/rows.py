@@ -245,7 +245,7 @@ def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, 
     shown_names = terminal.shown(str(names), 200)
     twice = next((name for at, name in enumerate(names) if name and name in names[:at]), None)
     if twice is not None:
-        raise CsvError(f"{path}: {where}: the column {terminal.shown(twice)} is named twice; its columns: "
+        raise CsvError(f"{path}: {where}: the column '{terminal.shown(twice)}' is named twice; its columns: "
                        f"{shown_names}")
     if columns.path not in names:
         raise CsvError(f"{path}: {where}: no '{columns.path}' column in the header "

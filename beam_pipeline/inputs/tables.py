@@ -369,7 +369,7 @@ def schema_types(files: Sequence[ListFile], names: Sequence[str],
     found: dict[str, tuple[str, str]] = {}  # name -> (type, the file it came from)
     for file in files:
         if file.format in (CSV, TSV):
-            raise ListError(f"{file.path}: --column {terminal.shown(names[0])} needs a type in a "
+            raise ListError(f"{file.path}: --column '{terminal.shown(names[0])}' needs a type in a "
                             f"{file.format.upper()} list, whose cells are text: --column NAME:TYPE with TYPE one "
                             f"of {', '.join((INT, FLOAT, TEXT, LABELS, FLOATS, BOXES))}")
         if file.format == PARQUET:
@@ -387,10 +387,10 @@ def schema_types(files: Sequence[ListFile], names: Sequence[str],
             described = {name: "values that fit no one type (or only nulls)" for name in types}
         for name, kind in types.items():
             if kind is None:
-                raise ListError(f"{file.path}: column {terminal.shown(name)} holds {described[name]}, of no column "
+                raise ListError(f"{file.path}: column '{terminal.shown(name)}' holds {described[name]}, of no column "
                                 f"type: give it one with --column {terminal.shown(name)}:TYPE")
             if name in found and found[name][0] != kind:
-                raise ListError(f"{file.path}: column {terminal.shown(name)} is {kind} here but {found[name][0]} in "
+                raise ListError(f"{file.path}: column '{terminal.shown(name)}' is {kind} here but {found[name][0]} in "
                                 f"{found[name][1]}: give its type with --column {terminal.shown(name)}:TYPE")
             found.setdefault(name, (kind, file.path))
     return {name: kind for name, (kind, _) in found.items()}
