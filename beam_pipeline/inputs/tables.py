@@ -134,6 +134,22 @@ def list_files(spec: str, input_format: str = "") -> tuple[ListFile, ...]:
     return tuple(ListFile(path, *format_of(path, input_format)) for path in paths)  # type: ignore[misc]
 
 
+def list_digest(spec: str, input_format: str = "") -> str:
+    """SHA-256 of the list's content: one file's own digest (as a CSV run's fingerprint always held), or of every
+    file's path and digest in order, so that a file added, removed, renamed or changed is another list."""
+    import hashlib
+
+    from beam_pipeline.common.files import file_digest
+
+    files = list_files(spec, input_format)
+    if len(files) == 1 and files[0].path == spec:
+        return file_digest(spec)
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.path}\0{file.format}\0{file_digest(file.path)}\n".encode())
+    return digest.hexdigest()
+
+
 def _open(path: str) -> IO[bytes]:
     from apache_beam.io.filesystem import CompressionTypes
     from apache_beam.io.filesystems import FileSystems
