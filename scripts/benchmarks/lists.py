@@ -15,6 +15,7 @@ shared machine says little; say the load average with it).
 
 import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def to_first_shard(list_path, out, timeout):
     command = [sys.executable, "-m", "beam_pipeline", "preprocess", "--input", list_path, "--output_dir", out,
                "--image_size", "16", "--no_progress", "--overwrite"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    shutil.rmtree(out, ignore_errors=True)  # An earlier run's shards would be found at once.
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                start_new_session=True)
