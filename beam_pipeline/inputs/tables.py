@@ -110,8 +110,8 @@ def _is_folder(spec: str) -> bool:
 def list_files(spec: str, input_format: str = "") -> tuple[ListFile, ...]:
     """The files `--input` names, in a stable order: one file; or a glob's or a folder's files sorted by path.
 
-    A folder's files are those with a known extension (or `input_format`'s), names starting with '.' or '_'
-    left out (_SUCCESS, .crc). One file of unknown extension is read as CSV (as --input_csv always did).
+    A folder's files are those with a known extension (every one with `input_format`), names starting with
+    '.' or '_' left out (_SUCCESS, .crc). One file of unknown extension is read as CSV (as --input_csv always did).
     Raises ListError when nothing matches or a glob matches a file of unknown format.
     """
     if not _is_glob(spec) and not _is_folder(spec):
@@ -127,7 +127,7 @@ def list_files(spec: str, input_format: str = "") -> tuple[ListFile, ...]:
     else:
         paths = sorted(path for path in _matched(spec.rstrip("/") + "/*")
                        if not posixpath.basename(path).startswith((".", "_"))
-                       and (found := format_of(path)) is not None and found[0] == (input_format or found[0]))
+                       and format_of(path, input_format) is not None)
     if not paths:
         raise ListError(f"{spec}: no list file there (names ending in {', '.join(EXTENSIONS)}, .gz for the text "
                         "ones)")

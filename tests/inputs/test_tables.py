@@ -231,3 +231,13 @@ def test_every_row_discarded_is_refused(tmp_path):
     path.write_text("path,split\na,DISCARD\n")
     with pytest.raises(source.CsvError, match="in the split 'discard': nothing to write"):
         source.summarize_csv(str(path))
+
+
+def test_input_format_reads_a_folder_of_any_names_as_that_format(tmp_path):
+    (tmp_path / "part-0").write_text("path\tx\na, b.jpg\t1\n")
+    (tmp_path / "part-1.txt").write_text("path\tx\nc.jpg\t2\n")
+    (tmp_path / ".hidden").write_text("x")
+    files = tables.list_files(str(tmp_path), "tsv")
+    assert [(f.path.rsplit("/", 1)[-1], f.format) for f in files] == [("part-0", "tsv"), ("part-1.txt", "tsv")]
+    assert [row.source for row in source.iter_rows(str(tmp_path), kept=source.ColumnReading(input_format="tsv"))] == [
+        "a, b.jpg", "c.jpg"]
