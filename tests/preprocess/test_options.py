@@ -134,3 +134,22 @@ def test_a_column_without_a_type_takes_the_parquet_schemas(tmp_path):
     single, _ = options.parse_args(["--input", str(path), "--output_dir", "b", "--column", "label"])
     with pytest.raises(InputRefused, match="the label column is kept as the label; only ':labels'"):
         single.with_typed_columns()
+
+
+def test_a_list_whose_splits_are_folded_or_discarded_is_another_run_than_before():
+    """'Train' was its own split before issue 52 and 'discard' was written: such a list's earlier output is not
+    resumed into shards that disagree; a list with plain splits keeps its fingerprint."""
+    import tempfile
+
+    from beam_pipeline.inputs import rows
+    from beam_pipeline.preprocess import cli
+
+    with tempfile.TemporaryDirectory() as folder:
+        for text, marked in (("path,split\na,Train\n", True), ("path,split\na,train\nb,DISCARD\n", True),
+                             ("path,split\na,train\nb,\n", False)):
+            path = os.path.join(folder, "in.csv")
+            with open(path, "w") as f:
+                f.write(text)
+            job, _ = options.parse_args(["--input_csv", path, "--output_dir", "b"])
+            now = cli.run_fingerprint(job, rows.summarize_csv(job.input_csv, job.columns))
+            assert (now.get("splits") == "folded") is marked and (now == cli.run_fingerprint(job)) is not marked
