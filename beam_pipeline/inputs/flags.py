@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import argparse
 
-from beam_pipeline.inputs import rows, urls
+from beam_pipeline.inputs import rows, tables, urls
 from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR
-from tf_serving_input.columns import COLUMN_TYPES, LABELS, Column, ColumnError, FeatureSpec, check_columns
+from tf_serving_input.columns import COLUMN_TYPES, LABELS, TEXT, Column, ColumnError, FeatureSpec, check_columns
 
 
 def add_csv_flags(parser: argparse.ArgumentParser, scope: str = "") -> None:
@@ -26,6 +26,32 @@ def add_csv_flags(parser: argparse.ArgumentParser, scope: str = "") -> None:
                              "every row is 'train'.")
     parser.add_argument("--max_file_bytes", type=int, default=rows.DEFAULT_MAX_FILE_BYTES,
                         help=f"{scope}Refuse files larger than this many bytes without reading them whole.")
+
+
+def add_input_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags naming the list of images: --input (any format) or --input_csv (a CSV, as before), --input_format."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", metavar="PATH",
+                        help="The list of images: a CSV, TSV, JSON Lines or Parquet file (.gz for the text ones), "
+                             "or a glob or folder of them, read in path order; local or any Beam filesystem URI "
+                             "(gs://, s3://). The format comes from each name's extension (a single file of "
+                             "another name is read as CSV), or from --input_format. Relative image paths resolve "
+                             "against the list file's folder (docs/columns.md).")
+    source.add_argument("--input_csv", metavar="CSV",
+                        help="A CSV with a header row and one image per row (read as CSV whatever its name); local "
+                             "path or any Beam filesystem URI (gs://, s3://). Relative image paths resolve against "
+                             "the CSV's folder.")
+    parser.add_argument("--input_format", choices=tables.FORMATS, default="",
+                        help="The format of every file of --input, whatever their names (default: by extension).")
+
+
+def input_list(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str]:
+    """(the list's path, glob or folder; its format or '') the `add_input_flags` flags give."""
+    if args.input_csv is not None:
+        if args.input_format not in ("", tables.CSV):
+            parser.error(f"--input_csv reads a CSV; for a {args.input_format} list give --input")
+        return args.input_csv, tables.CSV
+    return args.input, args.input_format
 
 
 def add_url_flags(parser: argparse.ArgumentParser) -> None:
@@ -95,10 +121,12 @@ def add_column_flags(parser: argparse.ArgumentParser) -> None:
                         f"{', '.join(COLUMN_TYPES)}. A missing value is an absent feature; a cell that is not of "
                         "its column's type fails its row as bad_value.")
     group.add_argument("--column", action="append", default=[], metavar="NAME[:TYPE]",
-                       help="Keep this column in each record, as TYPE (repeatable). Naming the label column as "
-                            "'labels' makes a multi-label list (several labels per image).")
+                       help="Keep this column in each record, as TYPE (repeatable). A Parquet or JSON Lines list "
+                            "gives the type when it is left out (its schema; a JSON column's values); a CSV or TSV "
+                            "column needs it. Naming the label column as 'labels' makes a multi-label list "
+                            "(several labels per image).")
     group.add_argument("--list_separator", default=DEFAULT_LIST_SEPARATOR,
-                       help="What separates the items of a labels, floats or boxes cell in a CSV.")
+                       help="What separates the items of a labels, floats or boxes cell in a CSV or TSV.")
     group.add_argument("--box_class_column", default=None, metavar="NAME",
                        help="A labels column (also given with --column) holding each box's class, one per box, in "
                             "the boxes column's order: written under image/object/class/text.")
@@ -112,26 +140,63 @@ def split_column_flag(value: str) -> tuple[str, str | None]:
     return value, None
 
 
-def feature_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, label_column: str) -> FeatureSpec:
-    """The FeatureSpec the `add_column_flags` flags give; exits with usage (2) when they cannot be used."""
-    if len(args.list_separator) != 1 or args.list_separator.isspace() or not args.list_separator.isprintable():
-        parser.error("--list_separator must be one printable character that is not a space")
+# One --column flag: (name, type or None when the list's schema gives it, whether it holds the boxes' classes).
+ColumnRequest = tuple[str, "str | None", bool]
+
+
+def column_requests(args: argparse.Namespace) -> tuple[ColumnRequest, ...]:
+    """The `--column` flags in order, each (name, type or None, whether it is the --box_class_column)."""
+    return tuple((*split_column_flag(value), split_column_flag(value)[0] == args.box_class_column)
+                 for value in args.column)
+
+
+def build_features(requests: tuple[ColumnRequest, ...], label_column: str) -> FeatureSpec:
+    """The FeatureSpec of fully typed `requests`; ColumnError (one line) when they cannot be used together."""
     kept: list[Column] = []
     multi_label = False
-    for value in args.column:
-        name, kind = split_column_flag(value)
-        if kind is None:
-            parser.error(f"--column {value!r} needs a type: NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+    for name, kind, box_classes in requests:
+        assert kind is not None, "typed_features gives every column its type first"
         if name == label_column:
             if kind != LABELS:
-                parser.error(f"--column {value!r}: the label column is kept as the label; only ':labels' (a "
-                             "multi-label list) may be given for it")
+                raise ColumnError(f"--column '{name}:{kind}': the label column is kept as the label; only ':labels' "
+                                  "(a multi-label list) may be given for it")
             multi_label = True
             continue
-        kept.append(Column(name, kind, box_classes=name == args.box_class_column))
-    if args.box_class_column is not None and not any(column.box_classes for column in kept):
-        parser.error(f"--box_class_column {args.box_class_column!r} must also be given as --column NAME:labels")
+        kept.append(Column(name, kind, box_classes=box_classes))
+    return FeatureSpec(columns=check_columns(kept), multi_label=multi_label)
+
+
+def typed_features(input_spec: str, input_format: str, requests: tuple[ColumnRequest, ...],
+                   label_column: str) -> FeatureSpec:
+    """The FeatureSpec of `requests`, the columns given without a type typed by the list's schema (Parquet) or
+    values (JSON Lines): `tables.schema_types`. Raises ListError or ColumnError (both one line) when it cannot."""
+    untyped = [name for name, kind, _ in requests if kind is None]
+    types = tables.schema_types(tables.list_files(input_spec, input_format), untyped) if untyped else {}
+    missing = [name for name in untyped if name not in types]
+    if missing:
+        raise ColumnError(f"--column '{missing[0]}' is not a column of the list {input_spec}")
+    return build_features(tuple((name, kind or types[name], box) for name, kind, box in requests), label_column)
+
+
+def feature_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, label_column: str,
+                 text_list: bool = False) -> FeatureSpec | None:
+    """The FeatureSpec the `add_column_flags` flags give, or None when a column has no type yet (the list's
+    schema gives it: `typed_features`); exits with usage (2) when they cannot be used. `text_list`: the list
+    is known to be CSV (--input_csv), whose columns all need a type."""
+    if len(args.list_separator) != 1 or args.list_separator.isspace() or not args.list_separator.isprintable():
+        parser.error("--list_separator must be one printable character that is not a space")
+    requests = column_requests(args)
+    for value, request in zip(args.column, requests):
+        if request[1] is None and text_list:
+            parser.error(f"--column {value!r} needs a type: NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+    # Checked now with a stand-in type for the untyped ones (a label column's or box classes' can only be
+    # labels), so that a name or combination that can never work is refused before the list is read.
+    stand_in = tuple((name, kind or (LABELS if name == label_column or box else TEXT), box)
+                     for name, kind, box in requests)
     try:
-        return FeatureSpec(columns=check_columns(kept), multi_label=multi_label)
+        spec = build_features(stand_in, label_column)
     except ColumnError as error:
-        parser.error(f"--column: {error}")
+        parser.error(str(error) if str(error).startswith("--column") else f"--column: {error}")
+    if args.box_class_column is not None and not any(column.box_classes for column in spec.columns):
+        parser.error(f"--box_class_column {args.box_class_column!r} must also be given as --column NAME:labels")
+    return None if any(kind is None for _, kind, _ in requests) else spec

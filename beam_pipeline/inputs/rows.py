@@ -1,36 +1,37 @@
-"""CSV rows: the CSV read and checked (line-numbered errors), `Row`, keys, shards, reading image bytes.
+"""The list's rows: read and checked (line-numbered errors), `Row`, keys, shards, reading image bytes.
 
-Pure Python (no TensorFlow; Beam's FileSystems only when a file is opened, so
-that importing this module stays cheap), so the launcher can check a CSV in a
-streaming pass and the pipeline can read it with the very same code.
+Every format's cells (`tables`: CSV, TSV, JSON Lines, Parquet) become Rows here, by
+one code path. Pure Python (no TensorFlow; Beam's FileSystems only when a file is
+opened, pyarrow only for Parquet, so that importing this module stays cheap), so the
+launcher can check a list in a streaming pass and the pipeline can read it with the
+very same code.
 """
 
 from __future__ import annotations
 
-import codecs
-import csv
 import dataclasses
 import errno
 import hashlib
-import itertools
 import math
 import posixpath
 import re
 from collections.abc import Iterable, Iterator
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from beam_pipeline.common import terminal
-from beam_pipeline.common.launcher import InputRefused
 from beam_pipeline.common.redact import redact_url
-from beam_pipeline.inputs import file_urls, path_hints, urls
-from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value
+from beam_pipeline.inputs import file_urls, path_hints, tables, urls
+from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value, quoted
 from tf_serving_input import failures
 from tf_serving_input.columns import LABELS, Column, FeatureSpec, Value
 
 if TYPE_CHECKING:
     import apache_beam as beam
 
+# A row's split when the list has no split column or its cell is blank (a blank cell is counted in the summary).
 DEFAULT_SPLIT = "train"
+# Rows of this split (any case: TFRecorder's DISCARD) are counted and never written.
+DISCARD_SPLIT = "discard"
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # A shard holds about this many rows unless --num_shards says otherwise.
 ROWS_PER_SHARD = 1000
@@ -53,21 +54,23 @@ _REASON_BY_ERRNO = {
 }
 
 
-class CsvError(InputRefused):
-    """The CSV cannot be used at all; the message names the file, the line and the reason."""
+# The list cannot be used at all; the message names the file, the line and the reason (one type for every format).
+CsvError = tables.ListError
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One data row of the CSV, as the pipeline carries it (never pixels).
+    """One data row of the list, as the pipeline carries it (never pixels).
 
     Attributes:
-      index: 0-based position among the data rows.
-      line: 1-based line of the CSV where the row starts (for messages).
-      source: the path exactly as written in the CSV.
-      path: `source` resolved against the CSV's folder when relative.
+      index: 0-based position among the list's data rows (over all its files, in order).
+      line: 1-based line of its file where the row starts (a CSV or TSV record, a JSON line), or its
+        1-based row number in a Parquet file (for messages).
+      source: the path exactly as written in the list.
+      path: `source` resolved against the list file's folder when relative.
       label: the label text without surrounding whitespace, '' when unlabeled (a blank cell too).
-      split: the split name ('train' when the CSV has no split column).
+      split: the split name, lower-cased ('train' when the list has no split column or the cell is blank;
+        'discard' for a row counted and never written).
       key: stable hexadecimal key of the row (see `row_key`).
       fetch_url: for an http(s) URL with a password only: the URL as written, which only the fetch
         reads; `source` and `path` then hold it with the password replaced by ***, so no output,
@@ -103,10 +106,12 @@ class CsvColumns:
 
 @dataclasses.dataclass(frozen=True)
 class ColumnReading:
-    """Which columns the rows keep (`--column`), and the separator of a list in a text cell."""
+    """Which columns the rows keep (`--column`), the separator of a list in a text cell, the list's format."""
 
     features: FeatureSpec = FeatureSpec()
     separator: str = DEFAULT_LIST_SEPARATOR
+    # The list's format (one of tables.FORMATS) for every file, or '' to tell each file's by its name.
+    input_format: str = ""
 
 
 @dataclasses.dataclass
@@ -123,6 +128,13 @@ class CsvSummary:
     labels_blank: int = 0
     # Rows with a cell that is not of its kept column's type: they fail as bad_value, unread.
     bad_values: int = 0
+    # Data rows per format read (csv, tsv, jsonl, parquet); `rows` leaves out the discarded ones.
+    rows_per_format: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Rows of the split 'discard' (never written), rows whose split cell was blank (they are DEFAULT_SPLIT),
+    # and rows whose split cell's case was folded ('Train' is 'train').
+    discarded: int = 0
+    blank_splits: int = 0
+    splits_folded: int = 0
 
 
 class RowLike(Protocol):
@@ -179,101 +191,114 @@ def resolve_path(source: str, csv_path: str) -> str:
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(csv_path)), source))
 
 
-def _open(csv_path: str) -> IO[bytes]:
-    from apache_beam.io.filesystem import CompressionTypes
-    from apache_beam.io.filesystems import FileSystems
+class _Read:
+    """One data row as read: the Row, the file's cells it came from, and what the summary counts of it."""
 
-    return FileSystems.open(csv_path, compression_type=CompressionTypes.UNCOMPRESSED)
+    __slots__ = ("row", "cells", "format", "label_written", "split_blank", "split_folded")
 
-
-def _lines(raw: IO[bytes], csv_path: str) -> Iterator[str]:
-    """Yields the file's text lines, decoding each as UTF-8 so an error names its line."""
-    line_number = 0
-    for line_number, data in enumerate(iter(raw.readline, b""), start=1):
-        if line_number == 1 and data.startswith(codecs.BOM_UTF8):
-            data = data[len(codecs.BOM_UTF8):]
-        try:
-            yield data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise CsvError(f"{csv_path}: line {line_number}: not valid UTF-8 ({error.reason} at "
-                           f"byte {error.start + 1} of the line); save the CSV as UTF-8") from None
+    def __init__(self, row: Row, cells: list[Any], fmt: str, label_written: str, split_blank: bool,
+                 split_folded: bool) -> None:
+        self.row, self.cells, self.format = row, cells, fmt
+        self.label_written, self.split_blank, self.split_folded = label_written, split_blank, split_folded
 
 
 def iter_rows(csv_path: str, columns: CsvColumns = CsvColumns(),
               kept: ColumnReading = ColumnReading()) -> Iterator[Row]:
-    """Yields every data row of the CSV as a `Row`, in file order.
+    """Yields every data row of the list as a `Row`, in order: its files in `tables.list_files`' order, each
+    file's rows in file order, `Row.index` counting over them all.
 
-    Raises CsvError (naming the file, the line and the reason) when the file
-    cannot be read, is not UTF-8, has no header or lacks the path column.
-    Blank lines are skipped; extra columns are ignored; a row shorter than the
-    header gets '' for the missing fields (an empty path then fails that row).
+    `csv_path` is the list: a file (CSV, TSV, JSON Lines or Parquet; `kept.input_format` or its name says
+    which), a glob or a folder of them. Raises CsvError (naming the file, the line and the reason) when a file
+    cannot be read, is not UTF-8, has no header or lacks the path column. Blank lines are skipped; extra
+    columns are ignored; a row shorter than the header gets '' for the missing fields (an empty path then
+    fails that row). Rows whose split is `discard` are yielded too (`is_discarded`): the job writes none.
     """
-    for row, _ in iter_rows_with_cells(csv_path, columns, kept):
-        yield row
+    for read in _read(csv_path, columns, kept):
+        yield read.row
 
 
 def iter_rows_with_cells(csv_path: str, columns: CsvColumns = CsvColumns(),
-                         kept: ColumnReading = ColumnReading()) -> Iterator[tuple[Row, list[str]]]:
-    """`iter_rows`, each `Row` with the CSV cells it came from (to write the CSV back with a column changed)."""
-    try:
-        raw = _open(csv_path)
-    except Exception as error:  # noqa: BLE001 - Beam wraps every filesystem error in its own type.
-        raise CsvError(f"{csv_path}: cannot open the CSV: {error}") from None
-    with raw:
-        reader = csv.reader(_lines(raw, csv_path), strict=True)
-        try:
-            header = next(reader, None)
-        except csv.Error as error:
-            raise CsvError(f"{csv_path}: line 1: malformed header: {error}") from None
-        while header is not None and not any(cell.strip() for cell in header):
-            header = next(reader, None)
-        if header is None:
-            raise CsvError(f"{csv_path}: the file is empty; expected a header row with a "
-                           f"'{columns.path}' column, then one row per image")
-        names = [cell.strip() for cell in header]
-        if columns.path not in names:
-            shown = terminal.shown(str(names), terminal.PATH_WIDTH)
-            raise CsvError(f"{csv_path}: line {reader.line_num}: no '{columns.path}' column in the header "
-                           f"{shown}; name the path column with --path_column")
-        path_at = names.index(columns.path)
-        label_at = names.index(columns.label) if columns.label in names else None
-        split_at = names.index(columns.split) if columns.split in names else None
-        if kept.features.multi_label and label_at is None:
-            raise CsvError(f"{csv_path}: line {reader.line_num}: no '{columns.label}' column in the header, and "
-                           f"--column names it as the labels; its columns: {terminal.shown(str(names), 200)}")
-        missing = [column.name for column in kept.features.columns if column.name not in names]
-        if missing:
-            raise CsvError(f"{csv_path}: line {reader.line_num}: --column {terminal.shown(missing[0])} is not a "
-                           f"column of the list; its columns: {terminal.shown(str(names), 200)}")
-        kept_at = tuple((column, names.index(column.name)) for column in kept.features.columns)
+                         kept: ColumnReading = ColumnReading()) -> Iterator[tuple[Row, list[Any]]]:
+    """`iter_rows`, each `Row` with the cells it came from (to write a CSV back with a column changed)."""
+    for read in _read(csv_path, columns, kept):
+        yield read.row, read.cells
 
-        index = 0
-        start_line = reader.line_num + 1
-        try:
-            for cells in reader:
-                line, start_line = start_line, reader.line_num + 1
-                if not any(cell.strip() for cell in cells):
-                    continue  # Blank line.
-                row = _make_row(csv_path, cells, line, index, path_at,
-                                None if kept.features.multi_label else label_at, split_at)
-                if kept_at or kept.features.multi_label:
-                    row = _with_columns(row, cells, kept_at, label_at if kept.features.multi_label else None,
-                                        columns.label, kept.separator)
-                index += 1
-                yield row, cells
-        except csv.Error as error:
-            raise CsvError(f"{csv_path}: line {start_line}: malformed CSV: {error}") from None
+
+def is_discarded(row: Row) -> bool:
+    """Whether the row's split is `discard` (TFRecorder's DISCARD): counted, never written."""
+    return row.split == DISCARD_SPLIT
+
+
+def _read(csv_path: str, columns: CsvColumns, kept: ColumnReading) -> Iterator[_Read]:
+    index = 0
+    for file in tables.list_files(csv_path, kept.input_format):
+        for read in _read_file(file, columns, kept, index):
+            index += 1
+            yield read
+
+
+def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, first_index: int) -> Iterator[_Read]:
+    table = tables.open_table(file)
+    path, names, where = file.path, table.names, f"{table.where} {table.header_line}"
+    if file.format == tables.PARQUET:
+        where = "its schema"
+    shown_names = terminal.shown(str(names), 200)
+    twice = next((name for at, name in enumerate(names) if name and name in names[:at]), None)
+    if twice is not None:
+        raise CsvError(f"{path}: {where}: the column '{terminal.shown(twice)}' is named twice; its columns: "
+                       f"{shown_names}")
+    if columns.path not in names:
+        raise CsvError(f"{path}: {where}: no '{columns.path}' column in the header "
+                       f"{terminal.shown(str(names), terminal.PATH_WIDTH)}; name the path column with --path_column")
+    path_at = names.index(columns.path)
+    label_at = names.index(columns.label) if columns.label in names else None
+    split_at = names.index(columns.split) if columns.split in names else None
+    if kept.features.multi_label and label_at is None:
+        raise CsvError(f"{path}: {where}: no '{columns.label}' column in the header, and --column names it as the "
+                       f"labels; its columns: {shown_names}")
+    missing = [column.name for column in kept.features.columns if column.name not in names]
+    if missing:
+        raise CsvError(f"{path}: {where}: --column {terminal.shown(missing[0])} is not a column of the list; its "
+                       f"columns: {shown_names}")
+    kept_at = tuple((column, names.index(column.name)) for column in kept.features.columns)
+    text_at = tuple(at for at in (path_at, label_at, split_at) if at is not None)
+    typed = file.format in (tables.JSONL, tables.PARQUET)
+    index = first_index
+    for line, cells in table.records:
+        texts: list[Any] = cells
+        untext = None
+        if typed:  # JSON's and Arrow's values: the path, label and split cells as text.
+            texts = list(cells)
+            for at in text_at:
+                text = tables.text_cell(cells[at])
+                if text is None and untext is None:
+                    untext = (failures.BAD_VALUE, f"column {names[at]!r}: {quoted(cells[at])} is a "
+                                                  f"{type(cells[at]).__name__}, not text")
+                texts[at] = text or ""
+        row = _make_row(path, texts, line, index, path_at, None if kept.features.multi_label else label_at,
+                        split_at, table.where)
+        if kept_at or kept.features.multi_label:
+            row = _with_columns(row, cells, kept_at, label_at if kept.features.multi_label else None,
+                                columns.label, kept.separator)
+        if untext is not None:
+            row = dataclasses.replace(row, failure=untext)
+        written = texts[label_at] if label_at is not None and label_at < len(texts) else ""
+        split_text = texts[split_at] if split_at is not None and split_at < len(texts) else ""
+        index += 1
+        yield _Read(row, cells, file.format, written, split_at is not None and not split_text.strip(),
+                    split_text.strip() != row.split and bool(split_text.strip()))
 
 
 def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: int, label_at: int | None,
-              split_at: int | None) -> Row:
+              split_at: int | None, where: str = "line") -> Row:
     def cell(at: int | None) -> str:
         return cells[at] if at is not None and at < len(cells) else ""
 
     split = cell(split_at).strip() or DEFAULT_SPLIT
     if not _SPLIT_NAME.match(split):
-        raise CsvError(f"{csv_path}: line {line}: split '{terminal.shown(split)}' is not a valid split name "
+        raise CsvError(f"{csv_path}: {where} {line}: split '{terminal.shown(split)}' is not a valid split name "
                        "(letters, digits, '_' and '-' only)")
+    split = split.lower()  # 'Train', 'TRAIN' and 'train' are one split (docs/columns.md).
     # As split cells are: 'cat ' and ' cat' are the class 'cat', and a blank cell is unlabeled, not a class.
     # Stripped first, so that a line break at a label's edge ("cat\n", a stray CR) goes with the other
     # whitespace (str.strip takes every breaker but NUL) instead of refusing the whole CSV.
@@ -282,7 +307,7 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     if bad is not None:
         why = ("the database's text cannot hold NUL" if bad == "\x00"
                else "the statistics' vocabulary is one label per line")
-        raise CsvError(f"{csv_path}: line {line}: label '{terminal.shown(label)}' holds {LABEL_BREAKERS[bad]}, "
+        raise CsvError(f"{csv_path}: {where} {line}: label '{terminal.shown(label)}' holds {LABEL_BREAKERS[bad]}, "
                        f"which a label cannot hold ({why}): remove it")
     source = cell(path_at)
     fetch_url = ""
@@ -324,56 +349,68 @@ def failure_of(row: Row) -> failures.RowFailure | None:
     return failures.RowFailure(*row.failure) if row.failure else None
 
 
-def row_keys(csv_path: str, columns: CsvColumns = CsvColumns()) -> list[str]:
-    """The key of every data row, in file order: the CSV read and checked once, as `summarize_csv` checks it.
+def row_keys(csv_path: str, columns: CsvColumns = CsvColumns(), kept: ColumnReading = ColumnReading()) -> list[str]:
+    """The key of every data row the job writes (discarded rows left out), in list order: the list read and
+    checked once, as `summarize_csv` checks it.
 
-    Raises CsvError as `summarize_csv` does (a CSV with a header and no rows included).
+    Raises CsvError as `summarize_csv` does (a list with a header and no rows included).
     """
-    keys = [row.key for row in iter_rows(csv_path, columns)]
+    keys = [row.key for row in iter_rows(csv_path, columns, kept) if not is_discarded(row)]
     if not keys:
-        raise CsvError(f"{csv_path}: the CSV has a header but no data rows")
+        raise CsvError(f"{csv_path}: the list has a header but no data rows")
     return keys
 
 
-def read_header(csv_path: str) -> list[str]:
-    """The column names of the CSV's header row (stripped); [] for an empty file."""
-    with _open(csv_path) as raw:
-        for cells in csv.reader(_lines(raw, csv_path)):
-            if any(cell.strip() for cell in cells):
-                return [cell.strip() for cell in cells]
-    return []
+def read_header(csv_path: str, input_format: str = "") -> list[str]:
+    """The column names of the list's (first file's) header (stripped); [] for an empty file."""
+    try:
+        return tables.open_table(tables.list_files(csv_path, input_format)[0]).names
+    except CsvError:
+        return []
 
 
 def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns(),
                   kept: ColumnReading = ColumnReading()) -> CsvSummary:
-    """Reads the whole CSV once and returns a CsvSummary, or raises CsvError.
+    """Reads the whole list once and returns a CsvSummary, or raises CsvError.
 
-    This is the launcher's check before any work starts: a CSV that the
+    This is the launcher's check before any work starts: a list that the
     pipeline would choke on is refused here with the line that is wrong.
     """
     per_split: dict[str, int] = {}
-    rows = stripped = blank = bad_values = 0
-    read = iter_rows_with_cells(csv_path, columns, kept)
-    first = next(read, None)  # The CSV opened and its header checked first: a CsvError names what is wrong.
-    header = read_header(csv_path)
-    label_at = header.index(columns.label) if columns.label in header else None
-    for row, cells in itertools.chain([first] if first else [], read):
+    per_format: dict[str, int] = {}
+    rows = stripped = blank = bad_values = discarded = blank_splits = folded = 0
+    has_label = has_split = False
+    for read in _read(csv_path, columns, kept):
+        row = read.row
         rows += 1
-        per_split[row.split] = per_split.get(row.split, 0) + 1
+        per_format[read.format] = per_format.get(read.format, 0) + 1
         bad_values += bool(row.failure)
-        written = cells[label_at] if label_at is not None and label_at < len(cells) else ""
-        if written != row.label:
+        blank_splits += read.split_blank
+        folded += read.split_folded
+        if is_discarded(row):
+            discarded += 1
+        else:
+            per_split[row.split] = per_split.get(row.split, 0) + 1
+        if read.label_written != row.label:
             stripped += bool(row.label)
             blank += not row.label
     if rows == 0:
-        raise CsvError(f"{csv_path}: the CSV has a header but no data rows")
-    return CsvSummary(rows=rows, rows_per_split=dict(sorted(per_split.items())),
-                      has_label=label_at is not None, has_split=columns.split in header,
-                      labels_stripped=stripped, labels_blank=blank, bad_values=bad_values)
+        raise CsvError(f"{csv_path}: the list has a header but no data rows")
+    if not per_split:
+        raise CsvError(f"{csv_path}: every one of its {rows} rows is in the split '{DISCARD_SPLIT}': nothing to write")
+    header = read_header(csv_path, kept.input_format)
+    has_label, has_split = columns.label in header, columns.split in header
+    return CsvSummary(rows=rows - discarded, rows_per_split=dict(sorted(per_split.items())),
+                      has_label=has_label, has_split=has_split,
+                      labels_stripped=stripped, labels_blank=blank, bad_values=bad_values,
+                      rows_per_format=dict(sorted(per_format.items())), discarded=discarded,
+                      blank_splits=blank_splits, splits_folded=folded)
 
 
 def shard_counts_for(num_shards: int, csv_summary: CsvSummary) -> dict[str, int]:
-    """Shards per split: `num_shards` for each (the --num_shards flag), or a count from the split's size."""
+    """Shards per split: `num_shards` for each (the --num_shards flag), or a count from the split's size.
+
+    Discarded rows are in no split (`rows_per_split` leaves them out)."""
     return {split: num_shards or auto_num_shards(rows) for split, rows in csv_summary.rows_per_split.items()}
 
 
@@ -405,6 +442,8 @@ def group_rows_by_shard(pipeline: beam.Pipeline, input_csv: str, columns: CsvCol
             | "CsvPath" >> beam.Create([input_csv])
             | "ReadCsv" >> beam.FlatMap(iter_rows, columns, kept)
             # Row
+            | "DropDiscarded" >> beam.Filter(is_kept)
+            # Row, its split not 'discard'
             | "AssignShard" >> beam.Map(assign_shard, shard_counts))
             # ((split, shard_index), Row)
     placeholders = (pipeline
@@ -416,6 +455,11 @@ def group_rows_by_shard(pipeline: beam.Pipeline, input_csv: str, columns: CsvCol
             # ((split, shard_index), [Row | None])
             | "DropPlaceholders" >> beam.Map(_drop_placeholders))
             # ((split, shard_index), [Row])
+
+
+def is_kept(row: Row) -> bool:
+    """Whether the job writes the row (its split is not `discard`)."""
+    return not is_discarded(row)
 
 
 def failure_record(row: RowLike, failure: failures.RowFailure) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from beam_pipeline.common import flags
 from beam_pipeline.common.embeddings import DEFAULT_EMBEDDING_DTYPE, EMBEDDING_DTYPES
 from beam_pipeline.inputs import flags as input_flags
 from beam_pipeline.inputs import rows as csv_source
+from beam_pipeline.inputs.tables import CSV, FORMATS
 
 PROG = "beam-image-pipeline predict"
 
@@ -51,6 +52,13 @@ class PredictConfig:
     shard_counts: dict = None  # Set by the launcher for --input_csv.
     job_input_csv: str = None  # The CSV of the --input_dir job (relative image paths resolve against it).
     job_features: dict = None  # The --input_dir job's kept columns (its manifest's `features`), when it kept any.
+    # The list's format ('csv' for --input_csv; '' for --input: each file's by its name).
+    input_format: str = ""
+
+    @property
+    def column_reading(self):
+        """How the raw-image list is read (its format; predict keeps no column)."""
+        return csv_source.ColumnReading(input_format=self.input_format)
 
     def to_dict(self):
         """What makes two runs the same run (recorded in run.json and the manifest)."""
@@ -59,7 +67,9 @@ class PredictConfig:
         return {"layout_version": LAYOUT_VERSION, "model_dir": self.model_dir, "input_dir": self.input_dir,
                 "input_csv": self.input_csv, "batch_size": self.batch_size, "top_k": self.top_k,
                 "embedding_dtype": self.embedding_dtype, "columns": dataclasses.asdict(self.columns),
-                "num_shards": self.num_shards, "max_file_bytes": self.max_file_bytes}
+                "num_shards": self.num_shards, "max_file_bytes": self.max_file_bytes,
+                # Only another format than CSV's: a CSV run keeps the fingerprint it had.
+                **({"input_format": self.input_format} if self.input_format not in ("", CSV) else {})}
 
 
 def build_parser(prog=PROG):
@@ -79,6 +89,11 @@ def build_parser(prog=PROG):
                                             "the export's serving_examples signature.")
     source.add_argument("--input_csv", help="A CSV of image paths (as the job takes): raw files go through the "
                                             "export's serving_default signature.")
+    source.add_argument("--input", metavar="PATH",
+                        help="A list of image paths in any format the job takes (CSV, TSV, JSON Lines, Parquet; a "
+                             "glob or folder of them): raw files, as with --input_csv.")
+    parser.add_argument("--input_format", choices=FORMATS, default="",
+                        help="With --input: the format of every file, whatever their names (default: by extension).")
     parser.add_argument("--batch_size", type=int, default=64, help="Images per model call (fixed).")
     parser.add_argument("--top_k", type=int, default=5, help="Classes kept per image, with their scores.")
     parser.add_argument("--embedding_dtype", choices=EMBEDDING_DTYPES, default=DEFAULT_EMBEDDING_DTYPE,
@@ -125,8 +140,10 @@ def parse_args(argv, prog=PROG):
     """Returns (PredictConfig, Beam arguments); exits with usage on bad flags."""
     parser = build_parser(prog)
     args, beam_args = flags.parse_job_flags(parser, argv)
-    if not args.load_only and not (args.input_dir or args.input_csv):
-        parser.error("give --input_dir (a job's output) or --input_csv (raw images), or --load_only")
+    if not args.load_only and not (args.input_dir or args.input_csv or args.input):
+        parser.error("give --input_dir (a job's output) or --input_csv / --input (raw images), or --load_only")
+    if args.input_format and not args.input:
+        parser.error("--input_format is the format of --input's list: give --input")
     if args.batch_size < 1 or args.top_k < 1:
         parser.error("--batch_size and --top_k must be >= 1")
     flags.check_run_flags(parser, args)
@@ -157,7 +174,9 @@ def parse_args(argv, prog=PROG):
     output_dir = local(args.output_dir)
     config = PredictConfig(
         model_dir=local(args.model_dir), output_dir=output_dir,
-        input_dir=args.input_dir and local(args.input_dir), input_csv=args.input_csv and local(args.input_csv),
+        input_dir=args.input_dir and local(args.input_dir),
+        input_csv=(args.input_csv or args.input) and local(args.input_csv or args.input),
+        input_format=CSV if args.input_csv else args.input_format,
         batch_size=args.batch_size, top_k=args.top_k, embedding_dtype=args.embedding_dtype,
         large_model=args.large_model, database=args.database, database_dir=args.database_dir,
         table=args.table, load_only=args.load_only, append=args.append, index=index, overwrite=args.overwrite,

@@ -8,7 +8,7 @@ import sys
 import time
 
 from beam_pipeline.common import flags, terminal
-from beam_pipeline.common.files import export_sha256, file_digest
+from beam_pipeline.common.files import export_sha256
 from beam_pipeline.common.launcher import Launcher, Refused
 from beam_pipeline.inputs import rows as csv_source
 from tf_serving_input.failures import INPUT_SHARD_DAMAGED
@@ -100,7 +100,7 @@ class PredictLauncher(Launcher):
                                f"{python.position + 1}, {python.spec}, is a Python step): predict the job "
                                "output made with them (--input_dir), not raw images (--input_csv)")
         else:
-            self.csv_summary = csv_source.summarize_csv(config.input_csv, config.columns)
+            self.csv_summary = csv_source.summarize_csv(config.input_csv, config.columns, config.column_reading)
 
     def _check_job_output(self):
         from tf_serving_input.layout import OutputLayout
@@ -142,7 +142,9 @@ class PredictLauncher(Launcher):
 
             source = job_input_sha256(self.job_manifest)
         else:
-            source = file_digest(self.config.input_csv)
+            from beam_pipeline.inputs.tables import list_digest
+
+            source = list_digest(self.config.input_csv, self.config.input_format)
         return {"config": self.config.to_dict(), "model_sha256": model_sha256, "input_sha256": source}
 
     def dataset(self, fingerprint):

@@ -195,7 +195,8 @@ def build_predict_pipeline(pipeline, config, model, shards):
     else:
         from beam_pipeline.inputs.rows import group_rows_by_shard
 
-        batches = (group_rows_by_shard(pipeline, config.input_csv, config.columns, config.shard_counts)
+        batches = (group_rows_by_shard(pipeline, config.input_csv, config.columns, config.shard_counts,
+                                           config.column_reading)
                    # ((split, shard_index), [Row | None])
                    | "ReadBatches" >> beam.ParDo(ReadImageBatches(config.output_dir, config.batch_size,
                                                                   config.shard_counts, config.max_file_bytes)))

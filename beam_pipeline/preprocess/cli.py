@@ -22,13 +22,15 @@ def run_fingerprint(job, csv_summary=None):
 
     A CSV whose label cells the read changes (stripped, or blank: issue 55) also records that: an earlier
     version wrote such labels unstripped, so its folder is another run's (refused, or --overwrite), never
-    resumed into shards that disagree. Any other CSV's fingerprint is what it was, and resumes as before.
+    resumed into shards that disagree; likewise a list whose split cells the read folds ('Train' is 'train')
+    or discards (issue 52). Any other CSV's fingerprint is what it was, and resumes as before.
     """
-    from beam_pipeline.common.files import file_digest
+    from beam_pipeline.inputs.tables import list_digest
 
     changed = csv_summary is not None and (csv_summary.labels_stripped or csv_summary.labels_blank)
-    return {"config": job.to_dict(), "input_csv_sha256": file_digest(job.input_csv),
-            **({"labels": "stripped"} if changed else {})}
+    folded = csv_summary is not None and (csv_summary.splits_folded or csv_summary.discarded)
+    return {"config": job.to_dict(), "input_csv_sha256": list_digest(job.input_csv, job.input_format),
+            **({"labels": "stripped"} if changed else {}), **({"splits": "folded"} if folded else {})}
 
 
 def resolved_steps(job):
@@ -109,6 +111,20 @@ def fetched_this_run(totals, built, shards):
     return {"urls": totals["urls"], **this_run}
 
 
+def list_summary_rows(csv_summary):
+    """The closing summary's lines on the list: rows per format read, rows failed as bad_value, discarded and
+    blank-split rows (each only when there is one)."""
+    formats = ", ".join(f"{fmt} {rows}" for fmt, rows in csv_summary.rows_per_format.items())
+    lines = [("list rows", f"{csv_summary.rows + csv_summary.discarded} read ({formats})")]
+    if csv_summary.bad_values:
+        lines.append(("bad values", f"{csv_summary.bad_values} rows failed as bad_value (errors.jsonl names the cell)"))
+    if csv_summary.discarded:
+        lines.append(("discarded", f"{csv_summary.discarded} rows of the split 'discard', not written"))
+    if csv_summary.blank_splits:
+        lines.append(("blank splits", f"{csv_summary.blank_splits} rows with a blank split cell, put in 'train'"))
+    return lines
+
+
 def _tft_temp_dir(layout, pipeline_options):
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -127,7 +143,7 @@ class PreprocessLauncher(Launcher):
         self.csv_summary = None
 
     def first_step(self):
-        return f"reading the CSV {self.job.input_csv}"
+        return f"reading the list {self.job.input_csv}"
 
     def check(self, step):
         from apache_beam.options.pipeline_options import GoogleCloudOptions
@@ -139,6 +155,7 @@ class PreprocessLauncher(Launcher):
             reason = path and tensorflow_unwritable(path)
             if reason:
                 raise Refused(f"{flag} {reason}")
+        self.job = self.job.with_typed_columns()
         self.csv_summary = csv_rows.summarize_csv(self.job.input_csv, self.job.columns,
                                                     self.job.column_reading)
         if self.job.steps:
@@ -207,7 +224,8 @@ class PreprocessLauncher(Launcher):
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
-        terminal.result(report.format_summary(manifest, layout, step_timing.summary_rows(manifest)))
+        terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary)
+                                              + step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)
 
 

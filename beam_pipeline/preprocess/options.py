@@ -23,6 +23,8 @@ from tf_serving_input.layout import LAYOUT_VERSION
 class JobConfig:
     """Everything the job needs besides Beam's own options."""
 
+    # The list of images (--input or --input_csv): a file, a glob or a folder (the name kept: manifests and
+    # fingerprints of earlier runs hold it).
     input_csv: str
     output_dir: str
     preprocess: PreprocessConfig
@@ -47,11 +49,30 @@ class JobConfig:
     # The kept columns (--column) and whether the label is multi-valued: what the records and features.json hold.
     features: FeatureSpec = FeatureSpec()
     list_separator: str = DEFAULT_LIST_SEPARATOR
+    # The list's format for every file ('csv' for --input_csv), or '' to tell each file's by its name.
+    input_format: str = ""
+    # The --column flags while one has no type yet: `with_typed_columns` gives them their types from the list
+    # (then `features` holds them all, and this is empty).
+    column_requests: tuple = ()
 
     @property
     def column_reading(self) -> csv_source.ColumnReading:
-        """How the rows' kept columns are read (`Row.columns`, `Row.labels`)."""
-        return csv_source.ColumnReading(self.features, self.list_separator)
+        """How the rows' kept columns are read (`Row.columns`, `Row.labels`) and the list's format."""
+        return csv_source.ColumnReading(self.features, self.list_separator, self.input_format)
+
+    def with_typed_columns(self):
+        """This config with its untyped --column columns typed by the list (a Parquet schema, JSON values);
+        InputRefused (exit 2, one line) when the list cannot type one."""
+        if not self.column_requests:
+            return self
+        from beam_pipeline.common.launcher import InputRefused
+
+        try:
+            features = input_flags.typed_features(self.input_csv, self.input_format, self.column_requests,
+                                                  self.columns.label)
+        except ValueError as error:  # ColumnError
+            raise InputRefused(str(error)) from None
+        return dataclasses.replace(self, features=features, column_requests=())
 
     def to_dict(self):
         """JSON-serializable configuration, as recorded in the manifest (and the run's fingerprint).
@@ -63,6 +84,8 @@ class JobConfig:
         extra = {"url_allow_private": True} if self.fetch.allow_private else {}
         if self.steps:  # Only when given: a run without steps keeps the fingerprint it always had.
             extra["image_steps"] = [step.to_dict() for step in self.steps]
+        if self.input_format not in ("", "csv"):  # Likewise: a CSV list's run keeps its fingerprint.
+            extra["input_format"] = self.input_format
         if self.features != FeatureSpec():  # Likewise: a run keeping no column keeps its fingerprint.
             extra["features"] = self.features.to_json()
             extra["list_separator"] = self.list_separator
@@ -87,10 +110,7 @@ def build_parser(prog="beam-image-pipeline preprocess"):
             "per-channel mean/std and label vocabulary computed with tensorflow-transform. "
             "Any Beam pipeline option (--runner, --direct_num_workers, --project, ...) passes "
             f"through; the default runner is {DEFAULT_RUNNER} with one worker per core."))
-    parser.add_argument("--input_csv", required=True,
-                        help="CSV with a header row and one image per row; local path or any Beam "
-                             "filesystem URI (gs://, s3://). Relative image paths resolve against "
-                             "the CSV's folder.")
+    input_flags.add_input_flags(parser)
     parser.add_argument("--output_dir", required=True,
                         help="Folder for data/, transform_fn/, manifest.json and errors.jsonl.")
     parser.add_argument("--image_size", type=int, default=PreprocessConfig.image_size,
@@ -157,7 +177,9 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     if not args.step_timeout >= 0 or args.step_timeout == float("inf"):
         parser.error(f"--step_timeout {args.step_timeout:g}: give seconds > 0, or 0 for no limit")
     fetch = input_flags.url_config(parser, args)
-    features = input_flags.feature_spec(parser, args, label_column=args.label_column)
+    input_list, input_format = input_flags.input_list(parser, args)
+    features = input_flags.feature_spec(parser, args, label_column=args.label_column,
+                                        text_list=input_format == "csv")
     if args.preview is not None and args.preview < 1:
         parser.error(f"--preview {args.preview}: give a number of rows, 1 or more")
     if args.contact_sheet and not args.preview:
@@ -165,12 +187,14 @@ def parse_args(argv, prog="beam-image-pipeline preprocess"):
     if args.retry_failed and args.overwrite:
         parser.error("--retry_failed adds to an earlier run's output; --overwrite would replace it: pass one")
     job = JobConfig(
-        input_csv=absolute_if_local(args.input_csv), output_dir=absolute_if_local(args.output_dir),
+        input_csv=absolute_if_local(input_list), input_format=input_format,
+        output_dir=absolute_if_local(args.output_dir),
         preprocess=preprocess,
         columns=input_flags.csv_columns(args),
         num_shards=args.num_shards, max_error_rate=args.max_error_rate,
         max_file_bytes=args.max_file_bytes, overwrite=args.overwrite, progress=args.progress,
         fetch=fetch, retry_failed=args.retry_failed, steps=tuple(args.image_step), preview=args.preview or 0,
-        contact_sheet=args.contact_sheet, step_timeout=args.step_timeout, features=features,
-        list_separator=args.list_separator)
+        contact_sheet=args.contact_sheet, step_timeout=args.step_timeout, features=features or FeatureSpec(),
+        list_separator=args.list_separator,
+        column_requests=() if features is not None else input_flags.column_requests(args))
     return job, with_local_defaults(beam_args)

@@ -27,6 +27,7 @@ DEFAULT_SHEET = "preview.png"  # In the folder the command runs from, when --con
 
 def run_preview(job, contact_sheet=None):
     """Previews `job` (its `preview` first rows); returns the exit code (0, or 2 when refused)."""
+    from beam_pipeline.common.launcher import InputRefused
     from beam_pipeline.inputs import rows as csv_rows
     from beam_pipeline.preprocess.cli import resolved_steps
 
@@ -37,8 +38,11 @@ def run_preview(job, contact_sheet=None):
         if not os.path.isdir(os.path.dirname(sheet)):
             raise Refused(f"--contact_sheet {sheet}: the folder {os.path.dirname(sheet)} does not exist")
         job = resolved_steps(job) if job.steps else job
-        rows = list(itertools.islice(csv_rows.iter_rows(job.input_csv, job.columns, job.column_reading), job.preview))
-    except (Refused, csv_rows.CsvError) as error:
+        job = job.with_typed_columns()
+        rows = list(itertools.islice((row for row in csv_rows.iter_rows(job.input_csv, job.columns,
+                                                                        job.column_reading)
+                                      if csv_rows.is_kept(row)), job.preview))
+    except (Refused, InputRefused) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if not rows:

@@ -48,7 +48,9 @@ class QualityLauncher(Launcher[QualityLayout]):
         step.now(f"reading the job's CSV {csv_path}")
         # The clean split rewrites this CSV: refused now, naming the line, if it cannot be read. The rows'
         # keys are kept (~70 bytes a row): the findings sort by them without reading the CSV again.
-        self.csv_keys = csv_rows.row_keys(csv_path, csv_rows.CsvColumns(**self.job_manifest["config"]["columns"]))
+        self.csv_keys = csv_rows.row_keys(csv_path, csv_rows.CsvColumns(**self.job_manifest["config"]["columns"]),
+                                          csv_rows.ColumnReading(input_format=self.job_manifest["config"].get(
+                                              "input_format", "")))
         changed = csv_change_since_job(layout, self.job_manifest, csv_path, len(self.csv_keys))
         if changed:
             raise Refused(changed)
@@ -188,13 +190,23 @@ def csv_change_since_job(job_layout: Any, job_manifest: dict[str, Any], csv_path
 
     redo = "restore the CSV the job read, or rerun the preprocessing job on this one"
     recorded = (read_json(job_layout.run_file) or {}).get("input_csv_sha256")
-    if recorded is not None and file_digest_or_none(csv_path) != recorded:
+    if recorded is not None and _list_digest_or_none(csv_path, job_manifest["config"]) != recorded:
         return (f"the job's CSV {csv_path} changed since the job read it (its SHA-256 is not the one "
                 f"{job_layout.run_file} records), and clean_split.csv rewrites it row by row: {redo}")
     if rows != job_manifest.get("rows", rows):
         return (f"the job's CSV {csv_path} has {rows} rows, not the {job_manifest['rows']} the job read "
                 f"({job_layout.manifest_file}), and clean_split.csv rewrites it row by row: {redo}")
     return None
+
+
+def _list_digest_or_none(csv_path: str, job_config: dict[str, Any]) -> str | None:
+    """The digest the job's run.json records of its list (every file of a folder or glob), or None when unreadable."""
+    from beam_pipeline.inputs.tables import list_digest
+
+    try:
+        return list_digest(csv_path, job_config.get("input_format", ""))
+    except Exception:  # noqa: BLE001 - absent or unreadable: the list changed.
+        return None
 
 
 def damaged_outputs(layout: Any, manifest: dict[str, Any]) -> list[str]:

@@ -67,11 +67,14 @@ def parse_args(argv, description):
                         help="Only the job's sections (1: the job against its baselines, 5: the stage table), on "
                              "both photo sets; prints the ratios and leaves the docs alone (~10 min with "
                              "--memory_factor 4).")
-    parser.add_argument("--section", choices=["steps"], default=None,
+    parser.add_argument("--section", choices=["steps", "lists"], default=None,
                         help="Run one section alone on the light set, print its ratios and leave the docs alone: "
                              "'steps' (9: a user's own --image_step, Python and TF, against a sequential loop and "
                              "tf.py_function; smoke: --section steps --light_images 12 --step_images 6 "
-                             "--memory_factor 2 --repetitions 1).")
+                             "--memory_factor 2 --repetitions 1); 'lists' (10: the launcher's peak memory and time "
+                             "to the first shard from a --list_rows list as CSV and as Parquet).")
+    parser.add_argument("--list_rows", type=int, default=1_000_000,
+                        help="Rows of the lists section's CSV and Parquet lists (section 10).")
     parser.add_argument("--step_images", type=int, default=200,
                         help="Light photos the Python-step comparisons use (section 9; at ~40 ms a photo).")
     args = parser.parse_args(argv)
@@ -91,6 +94,11 @@ def main(argv=None, description=None):
 
     bench = Bench(args, args.workdir, Results(), PreprocessConfig().to_dict())
     say = bench.results.say
+    if args.section == "lists":  # No photographs to fetch, no ratios: figures for docs/million_rows.md.
+        from benchmarks import lists
+
+        lists.measure(os.path.join(bench.work, "lists"), args.list_rows)
+        return 0
     if args.section == "steps":  # The light set alone: no photographs to fetch.
         light = data.make_set("light", bench.work, data.sample_photos(), args.light_images or args.images, data.LIGHT)
         say(f"dataset: {len(light.images)} light JPEGs ({light.average_kib:.0f} KiB avg); {os.cpu_count()} cores; "

@@ -160,28 +160,45 @@ def test_other_configuration_into_the_same_folder_is_refused_untouched(finished_
 
 
 def test_too_many_failures_exit_non_zero_after_writing_everything(tmp_path):
+    # A Parquet list (issue 52): its rows take the same path; a discarded row is counted, not written, and a
+    # blank split is 'train', counted; 'Train' is 'train'.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     (tmp_path / "ok.png").write_bytes(imaging.encode(imaging.quadrants(), "PNG"))
-    imaging.write_csv(tmp_path / "in.csv", ["path"], [["ok.png"], ["gone.png"]])
+    pq.write_table(pa.table({"path": ["ok.png", "gone.png", "ok.png"], "split": ["Train", None, "DISCARD"]}),
+                   tmp_path / "in.parquet")
     out = tmp_path / "out"
-    result = in_process.run_module("beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir", out,
+    result = in_process.run_module("beam_pipeline", "--input", tmp_path / "in.parquet", "--output_dir", out,
                                    "--image_size", "16", "--no_progress")
     assert result.returncode == 1
     assert "1 of 2 rows failed" in result.stderr and "file_not_found: 1" in result.stderr
     manifest = outputs.manifest(out)
     assert (manifest["rows"], manifest["written"], manifest["failed"]) == (2, 1, 1)
+    assert list(manifest["splits"]) == ["train"]
     assert manifest["statistics"]["label_vocabulary"] == []  # Unlabeled data is valid.
     assert [e["source"] for e in outputs.errors(out)] == ["gone.png"]
+    summary = " ".join(result.stdout.split())
+    assert "list rows 3 read (parquet 3)" in summary and "discarded 1 rows of the split 'discard'" in summary
+    assert "blank splits 1 rows with a blank split cell" in summary
 
 
-@pytest.mark.parametrize("content,message", [
-    ("file,label\na.jpg,x\n", "no 'path' column"),
-    ("path,label\n", "no data rows"),
+@pytest.mark.parametrize("name,content,flags,message", [
+    ("in.csv", "file,label\na.jpg,x\n", (), "no 'path' column"),
+    ("in.csv", "path,label\n", (), "no data rows"),
+    ("in.csv", "path,label,label\na.jpg,x,y\n", (), "in.csv: line 1: the column 'label' is named twice"),
+    ("in.jsonl", '{"path": "a.jpg", "score": 1}\n', ("--column", "size:int"),
+     "in.jsonl: line 1: --column size is not a column of the list; its columns: ['path', 'score']"),
+    ("in.jsonl", '{"path": "a.jpg", "score": 1}\n{"path": "b.jpg", "score": "high"}\n', ("--column", "score"),
+     "column 'score' holds values that fit no one type"),
+    ("in.csv", "path,score\na.jpg,1\n", ("--column", "score"), "--column 'score' needs a type in a CSV list"),
 ])
-def test_unusable_csv_is_refused_before_any_work(tmp_path, content, message):
-    (tmp_path / "in.csv").write_text(content)
-    result = in_process.run_module("beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir",
-                                   tmp_path / "out")
+def test_unusable_csv_is_refused_before_any_work(tmp_path, name, content, flags, message):
+    (tmp_path / name).write_text(content)
+    result = in_process.run_module("beam_pipeline", "--input", tmp_path / name, "--output_dir",
+                                   tmp_path / "out", *flags)
     assert result.returncode == 2 and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
 
 

@@ -63,3 +63,23 @@ def test_index_settings_reach_the_config(tmp_path):
     config, _ = cli.parse_args(["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "p"), "--load_only"])
     assert (config.index.m, config.index.ef_construction, config.index.build_memory, config.index.rebuild) == (
         16, 64, None, False)
+
+
+def test_input_takes_any_list_format_and_a_csv_run_keeps_its_identity(tmp_path):
+    """predict --input (issue 52): a Parquet list read as the job reads it; --input_csv and --input of one CSV
+    are one run."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from beam_pipeline.inputs import rows
+
+    base = ["--model_dir", str(tmp_path), "--output_dir", str(tmp_path / "p"), "--database", "none"]
+    old, _ = cli.parse_args([*base, "--input_csv", str(tmp_path / "a.csv")])
+    new, _ = cli.parse_args([*base, "--input", str(tmp_path / "a.csv")])
+    assert old.to_dict() == new.to_dict() and "input_format" not in old.to_dict()
+    pq.write_table(pa.table({"path": ["x.jpg", "y.jpg"], "split": ["Test", "discard"]}), tmp_path / "l.parquet")
+    config, _ = cli.parse_args([*base, "--input", str(tmp_path / "l.parquet")])
+    summary = rows.summarize_csv(config.input_csv, config.columns, config.column_reading)
+    assert summary.rows_per_split == {"test": 1} and summary.discarded == 1
+    with pytest.raises(SystemExit):
+        cli.parse_args([*base, "--input_csv", "a.csv", "--input_format", "tsv"])

@@ -94,3 +94,62 @@ def test_kept_columns_are_typed_the_label_column_as_labels_is_multi_label_and_pa
     assert job.features.multi_label and job.to_dict()["features"]["multi_label"] is True
     plain, _ = options.parse_args(["--input_csv", "a", "--output_dir", "b"])
     assert "features" not in plain.to_dict()  # A run keeping no column keeps the fingerprint it had.
+
+
+def test_input_names_any_list_and_a_csv_run_keeps_its_fingerprint(tmp_path):
+    """--input_csv and --input of the same CSV are one run, recorded as before issue 52 (no format, the file's
+    own SHA-256); another format given by flag is part of the run; --input_csv reads a CSV only."""
+    from beam_pipeline.common.files import file_digest
+    from beam_pipeline.preprocess import cli
+
+    csv_path = tmp_path / "in.csv"
+    csv_path.write_text("path,split\na.jpg,train\n")
+    old, _ = options.parse_args(["--input_csv", str(csv_path), "--output_dir", "b"])
+    new, _ = options.parse_args(["--input", str(csv_path), "--output_dir", "b"])
+    assert old.to_dict() == new.to_dict() and "input_format" not in old.to_dict()
+    assert cli.run_fingerprint(old)["input_csv_sha256"] == file_digest(str(csv_path))
+    tsv, _ = options.parse_args(["--input", "list.txt", "--input_format", "tsv", "--output_dir", "b"])
+    assert tsv.to_dict()["input_format"] == "tsv"
+    with pytest.raises(SystemExit):
+        options.parse_args(["--input_csv", "a.csv", "--input_format", "parquet", "--output_dir", "b"])
+    with pytest.raises(SystemExit):
+        options.parse_args(["--input_csv", "a.csv", "--input", "b.csv", "--output_dir", "b"])
+
+
+def test_a_column_without_a_type_takes_the_parquet_schemas(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"path": ["a"], "label": [["x", "y"]], "score": [0.5], "tags": [["t"]]}), path)
+    job, _ = options.parse_args(["--input", str(path), "--output_dir", "b", "--column", "score",
+                                 "--column", "label", "--column", "tags:labels"])
+    assert job.features.columns == () and job.column_requests
+    typed = job.with_typed_columns()
+    assert [(c.name, c.type) for c in typed.features.columns] == [("score", "float"), ("tags", "labels")]
+    assert typed.features.multi_label and not typed.column_requests
+    from beam_pipeline.common.launcher import InputRefused
+
+    pq.write_table(pa.table({"path": ["a"], "label": ["x"]}), path)  # A label column of text, not labels.
+    single, _ = options.parse_args(["--input", str(path), "--output_dir", "b", "--column", "label"])
+    with pytest.raises(InputRefused, match="the label column is kept as the label; only ':labels'"):
+        single.with_typed_columns()
+
+
+def test_a_list_whose_splits_are_folded_or_discarded_is_another_run_than_before():
+    """'Train' was its own split before issue 52 and 'discard' was written: such a list's earlier output is not
+    resumed into shards that disagree; a list with plain splits keeps its fingerprint."""
+    import tempfile
+
+    from beam_pipeline.inputs import rows
+    from beam_pipeline.preprocess import cli
+
+    with tempfile.TemporaryDirectory() as folder:
+        for text, marked in (("path,split\na,Train\n", True), ("path,split\na,train\nb,DISCARD\n", True),
+                             ("path,split\na,train\nb,\n", False)):
+            path = os.path.join(folder, "in.csv")
+            with open(path, "w") as f:
+                f.write(text)
+            job, _ = options.parse_args(["--input_csv", path, "--output_dir", "b"])
+            now = cli.run_fingerprint(job, rows.summarize_csv(job.input_csv, job.columns))
+            assert (now.get("splits") == "folded") is marked and (now == cli.run_fingerprint(job)) is not marked
