@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Box, Column, Value
@@ -179,4 +179,5 @@ def _boxes(raw: Any, separator: str) -> tuple[Box, ...]:
     return tuple(boxes)
 
 
-_CONVERTERS = {INT: _int, FLOAT: _float, TEXT: _text, LABELS: _labels, FLOATS: _floats, BOXES: _boxes}
+_CONVERTERS: dict[str, Callable[[Any, str], Value]] = {
+    INT: _int, FLOAT: _float, TEXT: _text, LABELS: _labels, FLOATS: _floats, BOXES: _boxes}

@@ -92,7 +92,7 @@ class Row:
     fetch_url: str = dataclasses.field(default="", repr=False)
     columns: tuple[tuple[str, Value], ...] = ()
     labels: tuple[str, ...] = ()
-    failure: tuple[str, str] = ()
+    failure: tuple[str, str] | tuple[()] = ()
 
 
 @dataclasses.dataclass(frozen=True)
