@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import google_crc32c
 
 from tf_serving_input import features
+from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Column, FeatureSpec, Value
 
 if TYPE_CHECKING:
     from tf_serving_input.codecs import StorageCodec
@@ -26,11 +27,22 @@ class Readable(Protocol):
     def read(self, size: int, /) -> bytes: ...
 
 
-def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str) -> bytes:
+NO_COLUMNS = FeatureSpec()
+
+
+def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str,
+                  columns: Sequence[tuple[str, Value]] = (), labels: Sequence[str] = (),
+                  spec: FeatureSpec = NO_COLUMNS) -> bytes:
     """The serialized tf.train.Example of one stored image (docs/csv-and-images.md, "Output contract").
 
     `stored` goes under the storage codec's feature key (`image/encoded` for JPEG and
     PNG, `image/raw` for raw pixels), its name under `image/format`.
+
+    `columns`: the row's kept columns (`Row.columns`: (name, value), a missing value left out), each
+    written under its keys in `spec` (`tf_serving_input.columns`: int64_list, float_list of float32,
+    bytes_list of UTF-8) with the type the spec declares, never the value's. With `spec.multi_label`,
+    `label/text` holds `labels` (`Row.labels`), one value each, and is left out when there is none;
+    otherwise it holds `label`, '' included, as it always has.
 
     Written straight in protobuf's wire format, byte for byte what
     `tf.train.Example(...).SerializeToString(deterministic=True)` gives (the feature map in
@@ -39,11 +51,65 @@ def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: s
     """
     entries = dict(_fixed_entries(codec.name, image_size))  # Every record of a run has these: encoded once.
     for name, value in ((codec.feature_key, stored), (features.IMAGE_SOURCE, source.encode("utf-8")),
-                        (features.IMAGE_KEY, key.encode("ascii")), (features.LABEL_TEXT, label.encode("utf-8"))):
+                        (features.IMAGE_KEY, key.encode("ascii"))):
         entries[name] = _map_entry(name, _bytes_feature(value))
-    # Deterministic serialization writes a map in key order.
+    if not spec.multi_label:
+        entries[features.LABEL_TEXT] = _map_entry(features.LABEL_TEXT, _bytes_feature(label.encode("utf-8")))
+    elif labels:  # A multi-label row without labels has no label/text: a missing value is an absent feature.
+        entries[features.LABEL_TEXT] = _entry(_LABEL_HEAD, _texts_feature(labels))
+    if columns:
+        writers = _column_writers(spec)
+        for column_name, column_value in columns:
+            for feature_key, entry in writers[column_name](column_value):
+                entries[feature_key] = entry
+    # Deterministic serialization writes a map in key order (UTF-8's byte order is the code points' order).
     pieces = [piece for name in sorted(entries) for piece in entries[name]]
     return b"".join([_FIELD_1, _varint(_length(pieces)), *pieces])  # Example.features.
+
+
+ColumnWriter = Callable[[Any], list[tuple[str, list[bytes]]]]
+
+
+@functools.lru_cache(maxsize=16)
+def _column_writers(spec: FeatureSpec) -> dict[str, ColumnWriter]:
+    """Each kept column's writer: its value -> [(feature key, the map entry's wire-format pieces)], built once
+    a run (the keys' bytes encoded here, not per record)."""
+    return {column.name: _column_writer(column) for column in spec.columns}
+
+
+def _column_writer(column: Column) -> ColumnWriter:
+    if column.type == BOXES:
+        heads = [(key, _key_head(key)) for key in column.keys]
+
+        def boxes(value: Any) -> list[tuple[str, list[bytes]]]:
+            # Four float lists, one per coordinate, the boxes in order (the OD API's layout).
+            return [(key, _entry(head, _floats_feature([box[at] for box in value])))
+                    for at, (key, head) in enumerate(heads)]
+        return boxes
+    (key,) = column.keys
+    head = _key_head(key)
+    encoders: dict[str, Callable[[Any], list[bytes]]] = {
+        INT: _int64_feature, FLOAT: lambda value: _floats_feature((value,)),
+        TEXT: lambda value: _bytes_feature(value.encode("utf-8")), LABELS: _texts_feature,
+        FLOATS: _floats_feature}
+    encode = encoders[column.type]
+
+    def one(value: Any) -> list[tuple[str, list[bytes]]]:
+        return [(key, _entry(head, encode(value)))]
+    return one
+
+
+def _key_head(name: str) -> bytes:
+    """A map entry's key field and its Feature's field tag: encoded once a run, not per record."""
+    name_bytes = name.encode("utf-8")
+    return b"".join([_FIELD_1, _varint(len(name_bytes)), name_bytes, _FIELD_2])
+
+
+def _entry(head: bytes, feature: list[bytes]) -> list[bytes]:
+    """The map entry `_map_entry` gives, from its `_key_head`."""
+    length = _length(feature)
+    inner = head + _varint(length)
+    return [_FIELD_1, _varint(len(inner) + length), inner, *feature]
 
 
 @functools.lru_cache(maxsize=16)
@@ -75,6 +141,9 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_LABEL_HEAD = _key_head(features.LABEL_TEXT)
+
+
 def _length(parts: list[bytes]) -> int:
     return sum(len(part) for part in parts)
 
@@ -83,6 +152,23 @@ def _bytes_feature(value: bytes) -> list[bytes]:
     """Feature{bytes_list: BytesList{value: [value]}} as wire-format pieces."""
     listed = [_FIELD_1, _varint(len(value)), value]
     return [_FIELD_1, _varint(_length(listed)), *listed]
+
+
+def _texts_feature(values: Sequence[str]) -> list[bytes]:
+    """Feature{bytes_list: BytesList{value: values}} (each UTF-8) as wire-format pieces."""
+    listed = []
+    for value in values:
+        data = value.encode("utf-8")
+        listed += [_FIELD_1, _varint(len(data)), data]
+    return [_FIELD_1, _varint(_length(listed)), *listed]
+
+
+def _floats_feature(values: Sequence[float]) -> list[bytes]:
+    """Feature{float_list: FloatList{value: values}} (packed float32, rounded to nearest as protobuf
+    stores a Python float in a float field) as wire-format pieces."""
+    packed = struct.pack(f"<{len(values)}f", *values)
+    listed = [_FIELD_1, _varint(len(packed)), packed]
+    return [_FIELD_2, _varint(_length(listed)), *listed]
 
 
 def _int64_feature(value: int) -> list[bytes]:
