@@ -165,6 +165,16 @@ class FeatureSpec:
         return cls(columns=check_columns(columns), multi_label=bool(data.get("multi_label", False)))
 
 
+# A multi-label record's labels as one text, where one text is all a consumer holds (the quality job's signals,
+# the predictions' `label`, inspect's contact sheet): joined by this, '' when there is none.
+LABELS_JOINED_BY = "|"
+
+
+def joined_labels(labels: Iterable[str]) -> str:
+    """A record's labels (`label/text`'s values) as one text: 'cat|dog', 'cat', or '' (none)."""
+    return LABELS_JOINED_BY.join(labels)
+
+
 # The statistics a numeric column's z-score reads from the saved transform graph (issue 52, item 4):
 # tensorflow-transform outputs named statistic_name(NAME, "mean") and statistic_name(NAME, "std").
 MEAN, STD = "mean", "std"

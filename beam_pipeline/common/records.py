@@ -15,7 +15,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import google_crc32c
 
 from tf_serving_input import features
-from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Column, FeatureSpec, Value
+from tf_serving_input.columns import (
+    BOXES,
+    FLOAT,
+    FLOATS,
+    INT,
+    LABELS,
+    TEXT,
+    Column,
+    FeatureSpec,
+    Value,
+    joined_labels,
+)
 
 if TYPE_CHECKING:
     from tf_serving_input.codecs import StorageCodec
@@ -28,6 +39,14 @@ class Readable(Protocol):
 
 
 NO_COLUMNS = FeatureSpec()
+
+
+def record_label(feature: Any) -> str:
+    """A parsed record's (`Example.features.feature`) label as one text: a multi-label record's labels joined
+    (`columns.joined_labels`: 'cat|dog'; '' when it has none), any other's `label/text`."""
+    if features.LABEL_TEXT not in feature:
+        return ""
+    return joined_labels(value.decode("utf-8") for value in feature[features.LABEL_TEXT].bytes_list.value)
 
 
 def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str,
@@ -56,7 +75,7 @@ def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: s
     if not spec.multi_label:
         entries[features.LABEL_TEXT] = _map_entry(features.LABEL_TEXT, _bytes_feature(label.encode("utf-8")))
     elif labels:  # A multi-label row without labels has no label/text: a missing value is an absent feature.
-        entries[features.LABEL_TEXT] = _entry(_LABEL_HEAD, _texts_feature(labels))
+        entries[features.LABEL_TEXT] = [_entry(_LABEL_HEAD, _texts(labels))]
     if columns:
         writers = _column_writers(spec)
         for column_name, column_value in columns:
@@ -67,13 +86,14 @@ def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: s
     return b"".join([_FIELD_1, _varint(_length(pieces)), *pieces])  # Example.features.
 
 
+# A column's writer: its value -> [(feature key, the whole map entry)]. Each entry is one bytes object, built
+# from a few small ones: a list of small pieces, summed and joined per record, cost as much again.
 ColumnWriter = Callable[[Any], list[tuple[str, list[bytes]]]]
 
 
 @functools.lru_cache(maxsize=16)
 def _column_writers(spec: FeatureSpec) -> dict[str, ColumnWriter]:
-    """Each kept column's writer: its value -> [(feature key, the map entry's wire-format pieces)], built once
-    a run (the keys' bytes encoded here, not per record)."""
+    """Each kept column's writer, built once a run (the keys' bytes encoded here, not per record)."""
     return {column.name: _column_writer(column) for column in spec.columns}
 
 
@@ -83,19 +103,18 @@ def _column_writer(column: Column) -> ColumnWriter:
 
         def boxes(value: Any) -> list[tuple[str, list[bytes]]]:
             # Four float lists, one per coordinate, the boxes in order (the OD API's layout).
-            return [(key, _entry(head, _floats_feature([box[at] for box in value])))
+            return [(key, [_entry(head, _floats(tuple(box[at] for box in value)))])
                     for at, (key, head) in enumerate(heads)]
         return boxes
     (key,) = column.keys
     head = _key_head(key)
-    encoders: dict[str, Callable[[Any], list[bytes]]] = {
-        INT: _int64_feature, FLOAT: lambda value: _floats_feature((value,)),
-        TEXT: lambda value: _bytes_feature(value.encode("utf-8")), LABELS: _texts_feature,
-        FLOATS: _floats_feature}
+    encoders: dict[str, Callable[[Any], bytes]] = {
+        INT: lambda value: b"".join(_int64_feature(value)), FLOAT: lambda value: _floats((value,)),
+        TEXT: lambda value: _texts((value,)), LABELS: _texts, FLOATS: _floats}
     encode = encoders[column.type]
 
     def one(value: Any) -> list[tuple[str, list[bytes]]]:
-        return [(key, _entry(head, encode(value)))]
+        return [(key, [_entry(head, encode(value))])]
     return one
 
 
@@ -105,11 +124,25 @@ def _key_head(name: str) -> bytes:
     return b"".join([_FIELD_1, _varint(len(name_bytes)), name_bytes, _FIELD_2])
 
 
-def _entry(head: bytes, feature: list[bytes]) -> list[bytes]:
-    """The map entry `_map_entry` gives, from its `_key_head`."""
-    length = _length(feature)
-    inner = head + _varint(length)
-    return [_FIELD_1, _varint(len(inner) + length), inner, *feature]
+def _entry(head: bytes, feature: bytes) -> bytes:
+    """The map entry `_map_entry` gives, as one bytes object, from its `_key_head` and its Feature."""
+    inner = head + _varint(len(feature)) + feature
+    return _FIELD_1 + _varint(len(inner)) + inner
+
+
+def _delimited(tag: bytes, data: bytes) -> bytes:
+    return tag + _varint(len(data)) + data
+
+
+def _texts(values: Sequence[str]) -> bytes:
+    """Feature{bytes_list: BytesList{value: values}} (each UTF-8)."""
+    return _delimited(_FIELD_1, b"".join([_delimited(_FIELD_1, value.encode("utf-8")) for value in values]))
+
+
+def _floats(values: Sequence[float]) -> bytes:
+    """Feature{float_list: FloatList{value: values}}: packed float32, each rounded to the nearest float32, as
+    protobuf stores a Python float in a float field."""
+    return _delimited(_FIELD_2, _delimited(_FIELD_1, struct.pack(f"<{len(values)}f", *values)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -133,6 +166,8 @@ _FIELD_1, _FIELD_2, _FIELD_3 = b"\x0a", b"\x12", b"\x1a"
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_VARINTS[value]  # Most lengths: a third of a record's columns' time went here.
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -141,6 +176,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
 _LABEL_HEAD = _key_head(features.LABEL_TEXT)
 
 
@@ -152,23 +188,6 @@ def _bytes_feature(value: bytes) -> list[bytes]:
     """Feature{bytes_list: BytesList{value: [value]}} as wire-format pieces."""
     listed = [_FIELD_1, _varint(len(value)), value]
     return [_FIELD_1, _varint(_length(listed)), *listed]
-
-
-def _texts_feature(values: Sequence[str]) -> list[bytes]:
-    """Feature{bytes_list: BytesList{value: values}} (each UTF-8) as wire-format pieces."""
-    listed = []
-    for value in values:
-        data = value.encode("utf-8")
-        listed += [_FIELD_1, _varint(len(data)), data]
-    return [_FIELD_1, _varint(_length(listed)), *listed]
-
-
-def _floats_feature(values: Sequence[float]) -> list[bytes]:
-    """Feature{float_list: FloatList{value: values}} (packed float32, rounded to nearest as protobuf
-    stores a Python float in a float field) as wire-format pieces."""
-    packed = struct.pack(f"<{len(values)}f", *values)
-    listed = [_FIELD_1, _varint(len(packed)), packed]
-    return [_FIELD_2, _varint(_length(listed)), *listed]
 
 
 def _int64_feature(value: int) -> list[bytes]:

@@ -22,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 
 from beam_pipeline.common.job_shards import damaged_shard
-from beam_pipeline.common.records import read_records
+from beam_pipeline.common.records import read_records, record_label
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from beam_pipeline.inputs import rows as csv_source
 from beam_pipeline.inputs.rows import failure_record, read_image_bytes
@@ -88,7 +88,7 @@ class ReadRecordBatches(beam.DoFn):
                 source = text(features.IMAGE_SOURCE)
                 ref = RowRef(shard=shard.name, index=index, total=shard.rows, key=text(features.IMAGE_KEY),
                              source=source, path=csv_source.resolve_path(source, self._csv_path),
-                             split=shard.split, label=text(features.LABEL_TEXT))
+                             split=shard.split, label=record_label(feature))
                 items.append((ref, record))
                 if len(items) == self._batch_size:
                     yield items

@@ -182,3 +182,16 @@ def test_a_standard_decoder_reads_every_column_with_the_spec_of_features_json_al
     assert values["column/score"] == [pytest.approx(0.1, rel=1e-7)]
     assert values["image/object/bbox/xmax"] == [0.5, 1.0] and values["image/object/class/text"] == [b"cat", b"dog"]
     assert values["column/emb"][2] == pytest.approx(3.4e38, rel=1e-7) and values["column/emb"][0] > 0
+
+
+def test_a_record_s_label_text_is_its_labels_joined_or_empty():
+    from beam_pipeline.common.records import record_label
+
+    def label_of(record):
+        return record_label(tf.train.Example.FromString(record).features.feature)
+
+    assert label_of(example_bytes(b"", CODECS["raw"], 8, "s", "0123456789abcdef", "cat")) == "cat"
+    assert label_of(example_bytes(b"", CODECS["raw"], 8, "s", "0123456789abcdef", "")) == ""
+    for labels, text in ((("cat", "dog"), "cat|dog"), ((), "")):
+        assert label_of(example_bytes(b"", CODECS["raw"], 8, "s", "0123456789abcdef", "", labels=labels,
+                                      spec=MULTI)) == text
