@@ -79,22 +79,28 @@ def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: s
     if columns:
         writers = _column_writers(spec)
         for column_name, column_value in columns:
-            for feature_key, entry in writers[column_name](column_value):
-                entries[feature_key] = entry
+            entries.update(writers[column_name](column_value))
     # Deterministic serialization writes a map in key order (UTF-8's byte order is the code points' order).
     pieces = [piece for name in sorted(entries) for piece in entries[name]]
     return b"".join([_FIELD_1, _varint(_length(pieces)), *pieces])  # Example.features.
 
 
-# A column's writer: its value -> [(feature key, the whole map entry)]. Each entry is one bytes object, built
+# A column's writer: its value -> [(feature key, [the whole map entry])]. Each entry is one bytes object, built
 # from a few small ones: a list of small pieces, summed and joined per record, cost as much again.
 ColumnWriter = Callable[[Any], list[tuple[str, list[bytes]]]]
+_WRITERS: dict[int, tuple[FeatureSpec, dict[str, ColumnWriter]]] = {}
 
 
-@functools.lru_cache(maxsize=16)
 def _column_writers(spec: FeatureSpec) -> dict[str, ColumnWriter]:
-    """Each kept column's writer, built once a run (the keys' bytes encoded here, not per record)."""
-    return {column.name: _column_writer(column) for column in spec.columns}
+    """Each kept column's writer, built once a run (the keys' bytes encoded here, not per record). Found by the
+    spec's identity first: hashing a FeatureSpec, as a cache keyed by its value does, cost ~1 us a record."""
+    found = _WRITERS.get(id(spec))
+    if found is None or found[0] is not spec:
+        found = (spec, {column.name: _column_writer(column) for column in spec.columns})
+        if len(_WRITERS) > 16:
+            _WRITERS.clear()
+        _WRITERS[id(spec)] = found  # The spec is held here, so its id is not reused while it is.
+    return found[1]
 
 
 def _column_writer(column: Column) -> ColumnWriter:
@@ -102,15 +108,19 @@ def _column_writer(column: Column) -> ColumnWriter:
         heads = [(key, _key_head(key)) for key in column.keys]
 
         def boxes(value: Any) -> list[tuple[str, list[bytes]]]:
-            # Four float lists, one per coordinate, the boxes in order (the OD API's layout).
-            return [(key, [_entry(head, _floats(tuple(box[at] for box in value)))])
+            # Four float lists, one per coordinate, the boxes in order (the OD API's layout): packed at once.
+            count = len(value)
+            packed = struct.pack(f"<{4 * count}f", *[box[at] for at in range(4) for box in value])
+            size = 4 * count
+            return [(key, [_entry(head, _delimited(_FIELD_2, _delimited(_FIELD_1, packed[at * size:(at + 1) * size])))])
                     for at, (key, head) in enumerate(heads)]
         return boxes
     (key,) = column.keys
     head = _key_head(key)
     encoders: dict[str, Callable[[Any], bytes]] = {
-        INT: lambda value: b"".join(_int64_feature(value)), FLOAT: lambda value: _floats((value,)),
-        TEXT: lambda value: _texts((value,)), LABELS: _texts, FLOATS: _floats}
+        INT: lambda value: b"".join(_int64_feature(value)), FLOAT: _float,
+        TEXT: lambda value: _delimited(_FIELD_1, _delimited(_FIELD_1, value.encode("utf-8"))), LABELS: _texts,
+        FLOATS: _floats}
     encode = encoders[column.type]
 
     def one(value: Any) -> list[tuple[str, list[bytes]]]:
@@ -137,6 +147,11 @@ def _delimited(tag: bytes, data: bytes) -> bytes:
 def _texts(values: Sequence[str]) -> bytes:
     """Feature{bytes_list: BytesList{value: values}} (each UTF-8)."""
     return _delimited(_FIELD_1, b"".join([_delimited(_FIELD_1, value.encode("utf-8")) for value in values]))
+
+
+def _float(value: float) -> bytes:
+    """Feature{float_list: FloatList{value: [value]}}: 9 bytes, one float32 (`_floats` of one value)."""
+    return b"\x12\x06\x0a\x04" + struct.pack("<f", value)
 
 
 def _floats(values: Sequence[float]) -> bytes:
@@ -181,7 +196,7 @@ _LABEL_HEAD = _key_head(features.LABEL_TEXT)
 
 
 def _length(parts: list[bytes]) -> int:
-    return sum(len(part) for part in parts)
+    return sum(map(len, parts))
 
 
 def _bytes_feature(value: bytes) -> list[bytes]:

@@ -132,8 +132,9 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
     dataset = make_dataset(out, "train", batch_size=4, training=False, columns=names + ["score"])
     plain = [y.numpy() for _, y in make_dataset(out, "train", batch_size=4, training=False)]
     examples = _records(out)
-    seen = 0
+    seen, scores = 0, []
     for (images, columns), labels in zip(dataset, plain):
+        scores.append(columns["score"].numpy())
         assert sorted(columns) == sorted(["label", *names]) and images.shape[1:] == (16, 16, 3)
         np.testing.assert_array_equal(columns["label"].numpy(), labels)  # "label" as without columns.
         assert columns["score"].dtype == tf.float32 and columns["count"].dtype == tf.float32
@@ -154,11 +155,14 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
                 c.decode() for c in feature["image/object/class/text"].bytes_list.value]
             seen += 1
     assert seen == 9
+    # Z-scored per batch; through the cache (sparse values kept decoded) too.
     zscored = make_dataset(out, "train", batch_size=4, training=False, columns=["score"], zscore=["score"],
-                           column_statistics={"score": (1.0, 0.5)})
-    raw = make_dataset(out, "train", batch_size=4, training=False, columns=["score"])
-    for (_, a), (_, b) in zip(zscored, raw):
-        np.testing.assert_allclose(a["score"].numpy(), (b["score"].numpy() - 1.0) / 0.5)
+                           column_statistics={"score": (1.0, 0.5)}, cache=True)
+    for _ in range(2):
+        got = [columns["score"].numpy() for _, columns in zscored]
+        np.testing.assert_allclose(np.concatenate(got), (np.concatenate(scores) - 1.0) / 0.5)
+    training = make_dataset(out, "train", batch_size=4, training=True, seed=1, columns=["objects", "count"])
+    assert [columns["objects"].shape[0] for _, columns in training] == [4, 4]  # Augmented, the columns beside.
     with pytest.raises(ValueError, match="no kept column 'nosuch'; the run keeps: caption, tags"):
         make_dataset(out, columns=["nosuch"])
     with pytest.raises(ValueError, match="no mean and std of column 'score'"):
