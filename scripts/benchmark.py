@@ -26,6 +26,8 @@ Measures, in this order (one module of scripts/benchmarks/ each):
  9. steps.py: a user's own --image_step (issue 51): a GIL-bound and a NumPy Python step through the
     job on 2 workers against a sequential loop and tf.py_function in 'after'; a trivial TF step
     against none; the stepped job's peak RSS at two row counts (`--section steps` runs it alone).
+10. columns.py: the job keeping five extra columns (a 200-character caption, 1-4 labels, a float, an
+    int, 1-3 boxes) against the job keeping none, on the light set (`--section columns` runs it alone).
 It prints the ratio table, writes docs/benchmarks.md, docs/benchmark_throughput.png and the table
 between README.md's benchmark-table markers (harness.py: timing and repetitions; report.py).
 """

@@ -79,12 +79,30 @@ def sample_photos():
              ("rocket", "rocket_011.jpg")]]
 
 
+TINY_COLUMNS = (("caption", "text"), ("tags", "labels"), ("score", "float"), ("count", "int"), ("emb", "floats"),
+                ("objects", "boxes"), ("classes", "labels"))
+
+
+def tiny_cells(i, label):
+    """Row i's cells of TINY_COLUMNS: a caption (hostile; missing in every fifth row), 1-2 tags (never none: the
+    multi-label run `tiny_raw_job` reads them as its labels), a score (missing in every third), an int, 1-2
+    floats, 0-2 boxes with their classes."""
+    boxes = [f"0.{i % 5} 0.1 0.9 0.{5 + i % 4}", "0 0 1 1"][:i % 3]
+    return ["" if i % 5 == 0 else f"{label} \u00e9\"'\u202e\U0001f600, \n{i}" * (1 + i % 2),
+            label if i % 2 else f"{label}|tiny",
+            "" if i % 3 == 0 else f"{i / 8}", str(i - 6), "|".join(str(i + k / 4) for k in range(1 + i % 2)),
+            "|".join(boxes), "|".join(["cat", "dog"][:len(boxes)])]
+
+
 @pytest.fixture(scope="session")
 def tiny_job(tmp_path_factory):
     """A finished job output made in this process (16 px, JPEG storage): (output_dir, image folder, rows).
 
     12 small JPEG/PNG images in 3 classes, train and validation. The job runs on the
     in-process runner (no worker processes), so in-process tests can use a real output.
+    Each row keeps a column of every type (`TINY_COLUMNS`: some values missing, hostile text),
+    so that every reader of this run reads records that carry kept columns; a row is
+    [path, label, split, *those columns' cells].
     """
     import numpy as np
 
@@ -100,26 +118,28 @@ def tiny_job(tmp_path_factory):
         image[..., i % 3] = 40 * (i % 6)
         name = f"img{i}.png" if i % 2 else f"img{i}.jpg"
         (folder / name).write_bytes(imaging.encode(image, "PNG" if i % 2 else "JPEG"))
-        rows.append([name, label, "validation" if i % 4 == 0 else "train"])
-    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], rows)
+        rows.append([name, label, "validation" if i % 4 == 0 else "train", *tiny_cells(i, label)])
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split", *(name for name, _ in TINY_COLUMNS)], rows)
     out = folder / "out"
     code = main.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(out), "--image_size", "16",
                      "--image_format", "jpeg", "--num_shards", "2", "--no_progress", "--direct_num_workers", "1",
-                     "--direct_running_mode", "in_memory"])
+                     "--direct_running_mode", "in_memory", "--box_class_column", "classes",
+                     *(flag for name, kind in TINY_COLUMNS for flag in ("--column", f"{name}:{kind}"))])
     assert code == 0
     return str(out), folder, rows
 
 
 @pytest.fixture(scope="session")
 def tiny_raw_job(tiny_job):
-    """tiny_job's images through the job again with the default (raw) storage: its output_dir."""
+    """tiny_job's images through the job again with the default (raw) storage, as a multi-label run (its `tags`
+    column the labels: 1-2 a row), keeping no other column: its output_dir."""
     from beam_pipeline.preprocess import cli as main
 
     _, folder, _ = tiny_job
     out = folder / "out_raw"
     code = main.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(out), "--image_size", "16",
                      "--num_shards", "2", "--no_progress", "--direct_num_workers", "1",
-                     "--direct_running_mode", "in_memory"])
+                     "--direct_running_mode", "in_memory", "--label_column", "tags", "--column", "tags:labels"])
     assert code == 0
     return str(out)
 

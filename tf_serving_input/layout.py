@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
+from tf_serving_input.columns import FEATURES_FILE
+
 # Version of the layout and record contract. A run refuses to resume output written under
 # another version (run.json records it): its shards would not match the new ones.
 LAYOUT_VERSION = 2
@@ -185,6 +187,13 @@ class OutputLayout(RunFolder):
     # The image index (beam_pipeline/common/image_index.py), written by the first UI start, and its record.
     INDEX_FILE = "index.parquet"
     INDEX_RECORD_FILE = "index.json"
+    # The kept columns' spec (tf_serving_input.columns.FeatureSpec), written with the manifest.
+    FEATURES_FILE = FEATURES_FILE
+
+    @property
+    def features_file(self) -> str:
+        """features.json: the kept columns and their keys, for the reader and any Example parser."""
+        return self.path(self.FEATURES_FILE)
 
     @property
     def raw_metadata_dir(self) -> str:
@@ -212,7 +221,7 @@ class OutputLayout(RunFolder):
         run removes the image index too (not in `kept_on_resume`), which the next UI start builds again."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
                 cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR,
-                cls.INDEX_FILE, cls.INDEX_RECORD_FILE)
+                cls.INDEX_FILE, cls.INDEX_RECORD_FILE, cls.FEATURES_FILE)
 
     @classmethod
     def kept_on_resume(cls) -> tuple[str, ...]:

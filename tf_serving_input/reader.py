@@ -10,17 +10,25 @@ in memory after the first epoch and shuffled from there.
 Each *batch* is normalized in one XLA-fused op with the statistics held by the
 tensorflow-transform graph the job saved (read from it once, never typed
 twice), then prefetched. Labels are mapped with the job's TFT vocabulary.
+
+    ds = make_dataset(output_dir, columns=["tags", "score"])   # (images, {"label", "tags", "score"})
+
+With `columns`, the run's kept columns (features.json, `column_parsing`) come as a dict
+beside the images (docs/columns.md, "Reading them back").
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from tf_serving_input import features
+from tf_serving_input import column_parsing, features
 from tf_serving_input.codecs import codec_for, parse_record, parse_records
+from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, MEAN, STD, TEXT, Column, FeatureSpec
 from tf_serving_input.features import PreprocessConfig
 from tf_serving_input.layout import OutputLayout
 from tf_serving_input.machine import available_memory_bytes
@@ -117,8 +125,11 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
                  drop_remainder: bool | None = None, augment: bool | None = None, deterministic: bool | None = None,
                  shuffle_buffer: int = 2048, cycle_length: int | None = None,
                  input_context: tf.distribute.InputContext | None = None,
-                 transform_output: tft.TFTransformOutput | None = None) -> tf.data.Dataset:
-    """Returns a tf.data.Dataset of (images float32 [B, S, S, 3], labels int64 [B]).
+                 transform_output: tft.TFTransformOutput | None = None, columns: Sequence[str] | None = None,
+                 zscore: Sequence[str] = (), column_statistics: Mapping[str, tuple[float, float]] | None = None,
+                 ) -> tf.data.Dataset:
+    """Returns a tf.data.Dataset of (images float32 [B, S, S, 3], labels int64 [B]), or with `columns`
+    of (images, {"label": ..., NAME: ...}).
 
     Args:
       output_dir: the Beam job's --output_dir.
@@ -146,13 +157,31 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
       input_context: a `tf.distribute.InputContext`; each input pipeline then
         reads its own subset of the files (`distribute_datasets_from_function`).
       transform_output: a loaded `tft.TFTransformOutput` (loaded from output_dir if None).
+      columns: kept columns to read (names from the run's features.json); given (even empty), each element
+        is (images, dict): "label" (int64 ids [B] as without `columns`; in a multi-label run multi-hot
+        float32 [B, V] over the label vocabulary) and each named column: `int`/`float` float32 [B] (NaN
+        where missing), `text` string [B] ('' where missing), `labels` multi-hot float32 [B, V] over its
+        vocabulary in the transform graph (the boxes' classes: their texts, ragged [B, None]), `floats`
+        float32 ragged [B, None], `boxes` float32 ragged [B, None, 4] (xmin, ymin, xmax, ymax).
+      zscore: numeric columns of `columns` to standardize per batch, (x - mean) / std
+        (`column_parsing.zscore`), with the mean and std of `column_statistics` or, for a column it
+        lacks, of the run's saved statistics (the transform graph's `column/NAME/mean` and `column/NAME/std`).
+      column_statistics: {NAME: (mean, std)} for `zscore`, e.g. your own training set's.
 
     Labels are ids in the job's label vocabulary; unlabeled or unknown labels
-    are `features.UNKNOWN_LABEL_ID` (-1).
+    are `features.UNKNOWN_LABEL_ID` (-1). A multi-label run's (`--column LABEL:labels`) are multi-hot
+    float32 [B, V] over that vocabulary, in its order (unknown labels left out), with or without `columns`.
     """
+    if zscore and columns is None:
+        raise ValueError("zscore names columns to standardize: name them in columns too")
     manifest = OutputLayout(output_dir).load_manifest()
     config = PreprocessConfig.from_dict(manifest["config"]["preprocess"])
     transform_output = transform_output or tft.TFTransformOutput(output_dir)
+    spec = column_parsing.load_feature_spec(output_dir, manifest)
+    # A multi-label run's labels are multi-hot, with or without `columns`; a single-label run without `columns`
+    # is read as it always was.
+    kept = None if columns is None and not spec.multi_label else _ColumnReader(
+        spec, transform_output, columns, zscore, column_statistics or {})
     mean, std, _ = read_statistics(output_dir, transform_output)
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_file = transform_output.vocabulary_file_by_name(features.LABEL_VOCABULARY)
@@ -178,15 +207,17 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
 
     batch_decodes = codec_for(config).batch_decodes
 
-    def parse_and_decode_batch(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    parsing = _LABEL_SPEC if kept is None else kept.parsing
+
+    def parse_and_decode_batch(batch: tf.Tensor) -> tuple[tf.Tensor, Any]:
         # Fixed-size pixels: one vectorized parse and one decode for the whole batch
         # (~1.6x the records/s of parsing one record per map call).
-        images, parsed = parse_records(batch, config, **_LABEL_SPEC)
-        return images, parsed[features.LABEL_TEXT]
+        images, parsed = parse_records(batch, config, **parsing)
+        return images, _kept(parsed, parsing)
 
-    def parse_and_decode(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        image, parsed = parse_record(record, config, **_LABEL_SPEC)
-        return image, parsed[features.LABEL_TEXT]
+    def parse_and_decode(record: tf.Tensor) -> tuple[tf.Tensor, Any]:
+        image, parsed = parse_record(record, config, **parsing)
+        return image, _kept(parsed, parsing)
 
     if cache:
         # Decoded pixels are kept, so that later epochs neither parse nor decode: for JPEG storage
@@ -218,15 +249,19 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
             dataset = dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
                                     deterministic=deterministic)
 
-    def normalize_batch(images: tf.Tensor, label_text: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        # One fused op for the whole batch, with the statistics of the saved TFT graph.
-        return _normalize_fused(images, mean, std), labels_table.lookup(label_text)
+    def targets(parsed: Any) -> Any:
+        if kept is None:
+            return labels_table.lookup(parsed)
+        return kept.batch_columns(parsed, labels_table)
 
-    def augment_and_normalize_batch(batch: tuple[tf.Tensor, tf.Tensor],
-                                    batch_seed: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    def normalize_batch(images: tf.Tensor, label_text: Any) -> tuple[tf.Tensor, Any]:
+        # One fused op for the whole batch, with the statistics of the saved TFT graph.
+        return _normalize_fused(images, mean, std), targets(label_text)
+
+    def augment_and_normalize_batch(batch: tuple[tf.Tensor, Any], batch_seed: tf.Tensor) -> tuple[tf.Tensor, Any]:
         images, label_text = batch
         randoms = tf.random.stateless_uniform([tf.shape(images)[0], 4], seed=batch_seed)
-        return _augment_fused(images, mean, std, randoms), labels_table.lookup(label_text)
+        return _augment_fused(images, mean, std, randoms), targets(label_text)
 
     if augment:
         # A seed per batch, paired with the batches in order before the parallel map: a stateful
@@ -245,3 +280,108 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
         batches = records_in_split // batch_size if drop_remainder else -(-records_in_split // batch_size)
         dataset = dataset.apply(tf.data.experimental.assert_cardinality(batches))
     return dataset.prefetch(AUTOTUNE).with_options(options)
+
+
+def _kept(parsed: dict[str, Any], parsing: Mapping[str, Any]) -> Any:
+    """What a parse hands on: the label text alone (no `columns`: as always), or every parsed key but the image's."""
+    if parsing is _LABEL_SPEC:
+        return parsed[features.LABEL_TEXT]
+    return {key: parsed[key] for key in parsing}
+
+
+class _ColumnReader:
+    """The kept columns `make_dataset(columns=...)` reads: their parse spec and a batch's tensors."""
+
+    def __init__(self, spec: FeatureSpec, transform_output: tft.TFTransformOutput, names: Sequence[str] | None,
+                 zscore: Sequence[str], statistics: Mapping[str, tuple[float, float]]) -> None:
+        self.label_only = names is None  # A multi-label run read without `columns`: (images, multi-hot labels).
+        names = () if names is None else names
+        if isinstance(names, str):
+            raise TypeError("columns must be a list of column names, not one string")
+        try:
+            chosen = tuple(spec.column(name) for name in dict.fromkeys(names))
+        except KeyError as error:
+            raise ValueError(error.args[0]) from None
+        if any(column.name == "label" for column in chosen):
+            raise ValueError("a kept column named 'label' cannot be read beside the run's label (the dict's 'label')")
+        unknown = [name for name in zscore if name not in {c.name for c in chosen if c.type in (INT, FLOAT)}]
+        if unknown:
+            raise ValueError(f"zscore names {unknown[0]!r}, which is not an int or float column of `columns`")
+        self.multi_label = spec.multi_label
+        self.parsing: dict[str, Any] = dict(_LABEL_SPEC)
+        self.parsing.update(column_parsing.parse_spec(FeatureSpec(chosen, spec.multi_label)))
+        self._label_size = transform_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
+        self._readers: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
+            (column.name, self._reader(column, transform_output)) for column in chosen]
+        self._moments = {name: statistics[name] if name in statistics else saved_moments(transform_output, name)
+                         for name in zscore}
+
+    def _reader(self, column: Column, transform_output: tft.TFTransformOutput) -> Callable[[dict[str, Any]], Any]:
+        keys = column.keys
+        if column.type == BOXES:
+            return lambda parsed: column_parsing.boxes(*(parsed[key] for key in keys))
+        (key,) = keys
+        if column.type in (INT, FLOAT):
+            name = column.name
+
+            def number(parsed: dict[str, Any]) -> tf.Tensor:
+                values = column_parsing.numbers(parsed[key])
+                return column_parsing.zscore(values, *self._moments[name]) if name in self._moments else values
+            return number
+        if column.type == TEXT:
+            return lambda parsed: column_parsing.texts(parsed[key])
+        if column.type == FLOATS or (column.type == LABELS and column.box_classes):
+            return lambda parsed: column_parsing.ragged(parsed[key])
+        table, size = column_vocabulary(transform_output, column)
+        return lambda parsed: column_parsing.multi_hot(parsed[key], table, size)
+
+    def batch_columns(self, parsed: dict[str, Any], labels_table: tf.lookup.StaticHashTable) -> dict[str, Any]:
+        """A batch's parsed features -> {"label": ..., NAME: ...}."""
+        label = parsed[features.LABEL_TEXT]
+        out = {"label": column_parsing.multi_hot(label, labels_table, self._label_size) if self.multi_label
+               else labels_table.lookup(label)}
+        if self.label_only:
+            return out["label"]
+        out.update((name, read(parsed)) for name, read in self._readers)
+        return out
+
+
+def column_vocabulary(transform_output: tft.TFTransformOutput, column: Column
+                      ) -> tuple[tf.lookup.StaticHashTable, int]:
+    """(label -> id table, size) of a `labels` column's vocabulary in the transform graph
+    (`columns.vocabulary_name`); ValueError naming the column when the run's statistics have none."""
+    name = column_parsing.vocabulary_name(column.name)
+    try:
+        vocabulary_file = transform_output.vocabulary_file_by_name(name)
+        size = transform_output.vocabulary_size_by_name(name)
+    except (ValueError, KeyError, tf.errors.NotFoundError):
+        raise ValueError(f"the run's statistics hold no vocabulary of the labels column {column.name!r} "
+                         f"(expected {name!r} in its transform graph)") from None
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.TextFileInitializer(vocabulary_file, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+                                      tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
+        default_value=features.UNKNOWN_LABEL_ID)
+    return table, size
+
+
+def saved_moments(transform_output: tft.TFTransformOutput, name: str) -> tuple[float, float]:
+    """(mean, std) of a numeric column as the run's transform graph holds them: its outputs
+    `column/NAME/mean` and `column/NAME/std` (`columns.statistic_name`), read once with an empty probe.
+    ValueError naming the column when the graph has none (give `column_statistics` then)."""
+    mean_key, std_key = (column_parsing.statistic_name(name, which) for which in (MEAN, STD))
+    if not {mean_key, std_key} <= set(transform_output.transformed_feature_spec()):
+        raise ValueError(f"the run's statistics hold no mean and std of column {name!r} (outputs {mean_key!r}, "
+                         f"{std_key!r}): pass column_statistics={{{name!r}: (mean, std)}}")
+    outputs = transform_output.transform_raw_features(_probe(transform_output.raw_feature_spec()))
+    return float(tf.reshape(outputs[mean_key], [-1])[0]), float(tf.reshape(outputs[std_key], [-1])[0])
+
+
+def _probe(raw_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of zeros (or no values) for every raw feature: enough to read the graph's constants."""
+    probe: dict[str, Any] = {}
+    for key, spec in raw_spec.items():
+        if isinstance(spec, tf.io.FixedLenFeature):
+            probe[key] = tf.zeros([1, *spec.shape], spec.dtype)
+        else:
+            probe[key] = tf.SparseTensor(tf.zeros([0, 2], tf.int64), tf.zeros([0], spec.dtype), [1, 0])
+    return probe

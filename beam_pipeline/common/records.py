@@ -9,12 +9,24 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import google_crc32c
 
 from tf_serving_input import features
+from tf_serving_input.columns import (
+    BOXES,
+    FLOAT,
+    FLOATS,
+    INT,
+    LABELS,
+    TEXT,
+    Column,
+    FeatureSpec,
+    Value,
+    joined_labels,
+)
 
 if TYPE_CHECKING:
     from tf_serving_input.codecs import StorageCodec
@@ -26,11 +38,30 @@ class Readable(Protocol):
     def read(self, size: int, /) -> bytes: ...
 
 
-def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str) -> bytes:
+NO_COLUMNS = FeatureSpec()
+
+
+def record_label(feature: Any) -> str:
+    """A parsed record's (`Example.features.feature`) label as one text: a multi-label record's labels joined
+    (`columns.joined_labels`: 'cat|dog'; '' when it has none), any other's `label/text`."""
+    if features.LABEL_TEXT not in feature:
+        return ""
+    return joined_labels(value.decode("utf-8") for value in feature[features.LABEL_TEXT].bytes_list.value)
+
+
+def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: str, key: str, label: str,
+                  columns: Sequence[tuple[str, Value]] = (), labels: Sequence[str] = (),
+                  spec: FeatureSpec = NO_COLUMNS) -> bytes:
     """The serialized tf.train.Example of one stored image (docs/csv-and-images.md, "Output contract").
 
     `stored` goes under the storage codec's feature key (`image/encoded` for JPEG and
     PNG, `image/raw` for raw pixels), its name under `image/format`.
+
+    `columns`: the row's kept columns (`Row.columns`: (name, value), a missing value left out), each
+    written under its keys in `spec` (`tf_serving_input.columns`: int64_list, float_list of float32,
+    bytes_list of UTF-8) with the type the spec declares, never the value's. With `spec.multi_label`,
+    `label/text` holds `labels` (`Row.labels`), one value each, and is left out when there is none;
+    otherwise it holds `label`, '' included, as it always has.
 
     Written straight in protobuf's wire format, byte for byte what
     `tf.train.Example(...).SerializeToString(deterministic=True)` gives (the feature map in
@@ -39,11 +70,94 @@ def example_bytes(stored: bytes, codec: StorageCodec, image_size: int, source: s
     """
     entries = dict(_fixed_entries(codec.name, image_size))  # Every record of a run has these: encoded once.
     for name, value in ((codec.feature_key, stored), (features.IMAGE_SOURCE, source.encode("utf-8")),
-                        (features.IMAGE_KEY, key.encode("ascii")), (features.LABEL_TEXT, label.encode("utf-8"))):
+                        (features.IMAGE_KEY, key.encode("ascii"))):
         entries[name] = _map_entry(name, _bytes_feature(value))
-    # Deterministic serialization writes a map in key order.
+    if not spec.multi_label:
+        entries[features.LABEL_TEXT] = _map_entry(features.LABEL_TEXT, _bytes_feature(label.encode("utf-8")))
+    elif labels:  # A multi-label row without labels has no label/text: a missing value is an absent feature.
+        entries[features.LABEL_TEXT] = [_entry(_LABEL_HEAD, _texts(labels))]
+    if columns:
+        writers = _column_writers(spec)
+        for column_name, column_value in columns:
+            entries.update(writers[column_name](column_value))
+    # Deterministic serialization writes a map in key order (UTF-8's byte order is the code points' order).
     pieces = [piece for name in sorted(entries) for piece in entries[name]]
     return b"".join([_FIELD_1, _varint(_length(pieces)), *pieces])  # Example.features.
+
+
+# A column's writer: its value -> [(feature key, [the whole map entry])]. Each entry is one bytes object, built
+# from a few small ones: a list of small pieces, summed and joined per record, cost as much again.
+ColumnWriter = Callable[[Any], list[tuple[str, list[bytes]]]]
+_WRITERS: dict[int, tuple[FeatureSpec, dict[str, ColumnWriter]]] = {}
+
+
+def _column_writers(spec: FeatureSpec) -> dict[str, ColumnWriter]:
+    """Each kept column's writer, built once a run (the keys' bytes encoded here, not per record). Found by the
+    spec's identity first: hashing a FeatureSpec, as a cache keyed by its value does, cost ~1 us a record."""
+    found = _WRITERS.get(id(spec))
+    if found is None or found[0] is not spec:
+        found = (spec, {column.name: _column_writer(column) for column in spec.columns})
+        if len(_WRITERS) > 16:
+            _WRITERS.clear()
+        _WRITERS[id(spec)] = found  # The spec is held here, so its id is not reused while it is.
+    return found[1]
+
+
+def _column_writer(column: Column) -> ColumnWriter:
+    if column.type == BOXES:
+        heads = [(key, _key_head(key)) for key in column.keys]
+
+        def boxes(value: Any) -> list[tuple[str, list[bytes]]]:
+            # Four float lists, one per coordinate, the boxes in order (the OD API's layout): packed at once.
+            count = len(value)
+            packed = struct.pack(f"<{4 * count}f", *[box[at] for at in range(4) for box in value])
+            size = 4 * count
+            return [(key, [_entry(head, _delimited(_FIELD_2, _delimited(_FIELD_1, packed[at * size:(at + 1) * size])))])
+                    for at, (key, head) in enumerate(heads)]
+        return boxes
+    (key,) = column.keys
+    head = _key_head(key)
+    encoders: dict[str, Callable[[Any], bytes]] = {
+        INT: lambda value: b"".join(_int64_feature(value)), FLOAT: _float,
+        TEXT: lambda value: _delimited(_FIELD_1, _delimited(_FIELD_1, value.encode("utf-8"))), LABELS: _texts,
+        FLOATS: _floats}
+    encode = encoders[column.type]
+
+    def one(value: Any) -> list[tuple[str, list[bytes]]]:
+        return [(key, [_entry(head, encode(value))])]
+    return one
+
+
+def _key_head(name: str) -> bytes:
+    """A map entry's key field and its Feature's field tag: encoded once a run, not per record."""
+    name_bytes = name.encode("utf-8")
+    return b"".join([_FIELD_1, _varint(len(name_bytes)), name_bytes, _FIELD_2])
+
+
+def _entry(head: bytes, feature: bytes) -> bytes:
+    """The map entry `_map_entry` gives, as one bytes object, from its `_key_head` and its Feature."""
+    inner = head + _varint(len(feature)) + feature
+    return _FIELD_1 + _varint(len(inner)) + inner
+
+
+def _delimited(tag: bytes, data: bytes) -> bytes:
+    return tag + _varint(len(data)) + data
+
+
+def _texts(values: Sequence[str]) -> bytes:
+    """Feature{bytes_list: BytesList{value: values}} (each UTF-8)."""
+    return _delimited(_FIELD_1, b"".join([_delimited(_FIELD_1, value.encode("utf-8")) for value in values]))
+
+
+def _float(value: float) -> bytes:
+    """Feature{float_list: FloatList{value: [value]}}: 9 bytes, one float32 (`_floats` of one value)."""
+    return b"\x12\x06\x0a\x04" + struct.pack("<f", value)
+
+
+def _floats(values: Sequence[float]) -> bytes:
+    """Feature{float_list: FloatList{value: values}}: packed float32, each rounded to the nearest float32, as
+    protobuf stores a Python float in a float field."""
+    return _delimited(_FIELD_2, _delimited(_FIELD_1, struct.pack(f"<{len(values)}f", *values)))
 
 
 @functools.lru_cache(maxsize=16)
@@ -67,6 +181,8 @@ _FIELD_1, _FIELD_2, _FIELD_3 = b"\x0a", b"\x12", b"\x1a"
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _SMALL_VARINTS[value]  # Most lengths: a third of a record's columns' time went here.
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -75,8 +191,12 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
+_LABEL_HEAD = _key_head(features.LABEL_TEXT)
+
+
 def _length(parts: list[bytes]) -> int:
-    return sum(len(part) for part in parts)
+    return sum(map(len, parts))
 
 
 def _bytes_feature(value: bytes) -> list[bytes]:

@@ -145,6 +145,12 @@ def write_jsonl(path: str, records: Iterable[Status]) -> None:
             f.write((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
+def write_text(path: str, text: str) -> None:
+    """Writes a UTF-8 text file (features.json) on any Beam filesystem."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        f.write(text.encode("utf-8"))
+
+
 def write_manifest(layout: RunFolder, manifest: dict[str, Any]) -> None:
     """Writes manifest.json."""
     with FileSystems.create(layout.manifest_file, compression_type=CompressionTypes.UNCOMPRESSED) as f:

@@ -23,7 +23,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, RunInference
 
 from beam_pipeline.common import kept_columns
 from beam_pipeline.common.job_shards import damaged_shard
-from beam_pipeline.common.records import read_records
+from beam_pipeline.common.records import read_records, record_label
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from beam_pipeline.inputs import rows as csv_source
 from beam_pipeline.inputs.rows import failure_record, read_image_bytes
@@ -94,7 +94,7 @@ class ReadRecordBatches(beam.DoFn):
                 multi = self._features.multi_label
                 ref = RowRef(shard=shard.name, index=index, total=shard.rows, key=text(features.IMAGE_KEY),
                              source=source, path=csv_source.resolve_path(source, self._csv_path),
-                             split=shard.split, label="" if multi else labels[0] if labels else "",
+                             split=shard.split, label=record_label(feature),
                              labels=tuple(labels) if multi else (),
                              columns=kept_columns.to_json(kept_columns.from_record(record, self._features)))
                 items.append((ref, record))

@@ -221,6 +221,9 @@ class PreprocessLauncher(Launcher):
             manifest[step_timing.MANIFEST_KEY] = timing
         if "fetch" in manifest:
             manifest["fetch"] = fetched_this_run(manifest["fetch"], built, len(names))
+        # features.json before the manifest: a finished run (one with a manifest) always has it. Written for a run
+        # keeping no column too, so that a reader of any new run needs no guess (docs/columns.md).
+        report.write_text(layout.features_file, job.features.dumps())
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])

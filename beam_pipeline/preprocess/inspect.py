@@ -14,6 +14,7 @@ from beam_pipeline.common import flags, terminal
 from beam_pipeline.common.contact_sheet import render_contact_sheet
 from beam_pipeline.preprocess import step_timing
 from tf_serving_input import features
+from tf_serving_input.columns import joined_labels
 from tf_serving_input.layout import OutputLayout
 
 
@@ -28,12 +29,14 @@ def sample_records(output_dir, manifest, count, split=None):
     layout = OutputLayout(output_dir)
     files = [layout.path(shard["file"]) for shard in manifest["shards"]
              if shard["records"] and (split is None or shard["split"] == split)]
-    spec = {key: tf.io.FixedLenFeature([], tf.string) for key in (features.LABEL_TEXT, features.IMAGE_SOURCE)}
+    # label/text holds 0..n labels in a multi-label run: shown joined ('cat|dog').
+    spec = {features.LABEL_TEXT: tf.io.VarLenFeature(tf.string),
+            features.IMAGE_SOURCE: tf.io.FixedLenFeature([], tf.string)}
     samples = []
     for record in tf.data.TFRecordDataset(files).take(count):
         image, parsed = parse_record(record, config, **spec)
-        samples.append((image.numpy(), parsed[features.LABEL_TEXT].numpy().decode("utf-8"),
-                        parsed[features.IMAGE_SOURCE].numpy().decode("utf-8")))
+        labels = (value.decode("utf-8") for value in parsed[features.LABEL_TEXT].values.numpy().tolist())
+        samples.append((image.numpy(), joined_labels(labels), parsed[features.IMAGE_SOURCE].numpy().decode("utf-8")))
     return samples
 
 

@@ -80,7 +80,8 @@ def _outcomes(job, rows, reads, steps):
     from beam_pipeline.preprocess.row_preprocessor import RowPreprocessor
     from tf_serving_input.codecs import parse_record
 
-    preprocessor = RowPreprocessor(job.preprocess, job.max_file_bytes, steps=steps, step_timeout=job.step_timeout)
+    preprocessor = RowPreprocessor(job.preprocess, job.max_file_bytes, steps=steps, step_timeout=job.step_timeout,
+                                   features=job.features)
     try:
         batch = [(position, row, reads[row.key]) for position, row in enumerate(rows)]
         outcomes = {}

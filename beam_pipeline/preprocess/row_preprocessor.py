@@ -19,6 +19,7 @@ import numpy as np
 
 from beam_pipeline.inputs.rows import DEFAULT_MAX_FILE_BYTES, failure_of, read_image_bytes
 from tf_serving_input import failures
+from tf_serving_input.columns import FeatureSpec
 
 # Rows per TensorFlow call (8 measured 2.5-2.6 vs 2.8-3.4 ms per image for 1), and the most
 # file bytes one call holds.
@@ -44,11 +45,12 @@ class RowPreprocessor:
     """Turns Rows into (row, Written | RowFailure), in order, never raising for a bad row."""
 
     def __init__(self, config, max_file_bytes=DEFAULT_MAX_FILE_BYTES, read_file=read_image_bytes,
-                 rows_per_call=ROWS_PER_CALL, steps=(), step_timeout=None):
+                 rows_per_call=ROWS_PER_CALL, steps=(), step_timeout=None, features=None):
         """`steps`: the run's --image_step records (`tf_serving_input.steps.StepRecord`), loaded here, each
         from its recorded file and only when its SHA-256 matches. `@batch_step`s (last) run on each call's
         resized batch. `step_timeout`: --step_timeout's seconds (None: its default; 0: the Python steps run
-        in this process, with no timeout)."""
+        in this process, with no timeout). `features`: the run's kept columns (`FeatureSpec`; None: none), written
+        in each record with the row's values (`Row.columns`, and `Row.labels` in a multi-label run)."""
         import tensorflow as tf
 
         from beam_pipeline.common.records import example_bytes
@@ -69,6 +71,7 @@ class RowPreprocessor:
         self._codec = codec_for(config)
         self._to_bytes = to_bytes
         self._example_bytes = example_bytes
+        self._features = features if features is not None else FeatureSpec()
         self._op_error = tf.errors.OpError
         size = config.image_size
         failed_image = tf.zeros([size, size, 3], tf.uint8)
@@ -269,7 +272,8 @@ class RowPreprocessor:
 
     def _written(self, row, stored, moments):
         try:
-            record = self._example_bytes(stored, self._codec, self._config.image_size, row.source, row.key, row.label)
+            record = self._example_bytes(stored, self._codec, self._config.image_size, row.source, row.key, row.label,
+                                         row.columns, row.labels, self._features)
             return Written(record, moments)
         except Exception as error:  # noqa: BLE001 - recorded as the row's failure, never raised.
             return failures.RowFailure(failures.UNEXPECTED, f"{type(error).__name__}: {error}")

@@ -102,10 +102,11 @@ class WriteShardFn(beam.DoFn):
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=csv_source.DEFAULT_MAX_FILE_BYTES,
                  stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False, steps=(),
-                 step_timeout=None):
+                 step_timeout=None, features=None):
         self._layout = OutputLayout(output_dir)
         self._steps = tuple(steps)  # StepRecords: each worker loads them (SHA-256 checked) in setup.
         self._step_timeout = step_timeout
+        self._features = features  # The kept columns (tf_serving_input.columns.FeatureSpec): what each record holds.
         self._config = preprocess_config
         self._shard_counts = dict(shard_counts)
         self._max_file_bytes = max_file_bytes
@@ -122,7 +123,7 @@ class WriteShardFn(beam.DoFn):
         configure_tensorflow_threads()
         skip_final_collection()
         self._preprocessor = RowPreprocessor(self._config, self._max_file_bytes, steps=self._steps,
-                                             step_timeout=self._step_timeout)
+                                             step_timeout=self._step_timeout, features=self._features)
 
     def teardown(self):
         if self._preprocessor is not None:
@@ -167,7 +168,9 @@ class WriteShardFn(beam.DoFn):
             finished = self._retry(name, rows, *finished)
         if finished is not None:  # An earlier run wrote it: keep the file, re-emit from its status.
             status, data = finished
-            labels = [_label(record) for record in iter_records(data)]
+            # A multi-label record holds 0..n labels (none: no label/text); the fresh path's row.label is then ''.
+            multi_label = self._features is not None and self._features.multi_label
+            labels = [b"" if multi_label else _label(record) for record in iter_records(data)]
             status = dict(status, resumed=True)
         else:
             status, labels = self._write(split, shard_index, name, rows)

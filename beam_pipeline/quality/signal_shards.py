@@ -28,6 +28,7 @@ from beam_pipeline.common.job_shards import RecordShard, verified_batches
 from beam_pipeline.common.records import framed_length
 from beam_pipeline.common.shard_file import ShardFileWriter, read_verified
 from tf_serving_input import failures, features
+from tf_serving_input.columns import LABELS_JOINED_BY
 from tf_serving_input.layout import QualityLayout
 
 # Records decoded and measured per TensorFlow call. Small enough that a batch's pixels (16 x 150 KiB at 224 px,
@@ -108,9 +109,15 @@ def _traced_measure(preprocess: features.PreprocessConfig) -> Any:
 
     @tf.function(reduce_retracing=True)
     def parse_and_measure(batch: tf.Tensor) -> tuple[dict[str, tf.Tensor], dict[str, tf.Tensor]]:
-        extra = {name: tf.io.FixedLenFeature([], tf.string, default_value="") for name in TEXT.values()}
+        extra: dict[str, Any] = {name: tf.io.FixedLenFeature([], tf.string, default_value="")
+                                 for name in TEXT.values()}
+        # label/text holds 0..n labels in a multi-label run: joined into one text ('cat|dog', '' when none).
+        extra[features.LABEL_TEXT] = tf.io.VarLenFeature(tf.string)
         images, parsed = parse_records(batch, preprocess, **extra)
-        return {feature: parsed[feature] for feature in TEXT.values()}, image_signals(images)
+        texts = {feature: parsed[feature] for feature in TEXT.values()}
+        texts[features.LABEL_TEXT] = tf.strings.reduce_join(tf.RaggedTensor.from_sparse(
+            parsed[features.LABEL_TEXT]), axis=1, separator=LABELS_JOINED_BY)
+        return texts, image_signals(images)
 
     return parse_and_measure
 

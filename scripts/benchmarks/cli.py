@@ -7,6 +7,7 @@ import sys
 import time
 
 from benchmarks import (
+    columns,
     data,
     end_to_end,
     fit,
@@ -67,12 +68,14 @@ def parse_args(argv, description):
                         help="Only the job's sections (1: the job against its baselines, 5: the stage table), on "
                              "both photo sets; prints the ratios and leaves the docs alone (~10 min with "
                              "--memory_factor 4).")
-    parser.add_argument("--section", choices=["steps", "lists"], default=None,
+    parser.add_argument("--section", choices=["steps", "lists", "columns"], default=None,
                         help="Run one section alone on the light set, print its ratios and leave the docs alone: "
                              "'steps' (9: a user's own --image_step, Python and TF, against a sequential loop and "
                              "tf.py_function; smoke: --section steps --light_images 12 --step_images 6 "
                              "--memory_factor 2 --repetitions 1); 'lists' (10: the launcher's peak memory and time "
-                             "to the first shard from a --list_rows list as CSV and as Parquet).")
+                             "to the first shard from a --list_rows list as CSV and as Parquet); 'columns' (12: the "
+                             "job keeping five extra columns against none; smoke: --section columns "
+                             "--light_images 12 --repetitions 1).")
     parser.add_argument("--list_rows", type=int, default=1_000_000,
                         help="Rows of the lists section's CSV and Parquet lists (section 10).")
     parser.add_argument("--step_images", type=int, default=200,
@@ -99,11 +102,12 @@ def main(argv=None, description=None):
 
         lists.measure(os.path.join(bench.work, "lists"), args.list_rows)
         return 0
-    if args.section == "steps":  # The light set alone: no photographs to fetch.
+    if args.section in ("steps", "columns"):  # The light set alone: no photographs to fetch.
         light = data.make_set("light", bench.work, data.sample_photos(), args.light_images or args.images, data.LIGHT)
+        number = 9 if args.section == "steps" else 12
         say(f"dataset: {len(light.images)} light JPEGs ({light.average_kib:.0f} KiB avg); {os.cpu_count()} cores; "
-            f"{args.repetitions} interleaved repetitions; section 9 alone")
-        steps.measure(bench, light)
+            f"{args.repetitions} interleaved repetitions; section {number} alone")
+        (steps if args.section == "steps" else columns).measure(bench, light)
         for ratio in bench.results.ratios:
             say(f"{ratio.name} [{ratio.images}]: {ratio.summary()}{f'; {ratio.note}' if ratio.note else ''}")
         return 0
@@ -132,6 +136,7 @@ def main(argv=None, description=None):
     fit.measure(bench)
     url_rows.measure(bench, light)
     steps.measure(bench, light)
+    columns.measure(bench, light)
     quality.measure(bench)
     quality_job.measure(bench, jobs["heavy"])
 

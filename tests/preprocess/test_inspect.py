@@ -46,3 +46,11 @@ def test_a_contact_sheet_it_cannot_make_is_one_line(tiny_job, tmp_path, capsys, 
     assert inspect.run(argv) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: ") and message in line
+
+
+def test_a_multi_label_run_s_samples_show_every_label(tiny_raw_job):
+    from tf_serving_input.layout import OutputLayout
+
+    manifest = OutputLayout(tiny_raw_job).load_manifest()
+    samples = inspect.sample_records(tiny_raw_job, manifest, 12)
+    assert len(samples) == 12 and any("|" in label for _, label, _ in samples)

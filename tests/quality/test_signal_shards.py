@@ -165,3 +165,15 @@ def test_a_shard_changed_since_its_signals_fails_the_report_naming_the_file(tmp_
         with pytest.raises(ValueError, match=rf"train-00000-of-00001\.tfrecord changed .*{why}.*--overwrite"):
             thumbnails(layout, CONFIG, [("train-00000-of-00001", index, offsets[index])])
         assert thumbnails(layout, CONFIG, [("train-00000-of-00001", 1, offsets[1])])  # The others still read.
+
+
+def test_a_multi_label_run_s_records_are_measured_with_their_labels_joined():
+    """label/text holds 0..n values in a multi-label run: every record is measured, its labels joined by '|'."""
+    from tf_serving_input.columns import FeatureSpec
+
+    codec, spec = CODECS["raw"], FeatureSpec(multi_label=True)
+    images = np.random.default_rng(5).integers(0, 256, (3, SIZE, SIZE, 3), dtype=np.uint8)
+    records = [example_bytes(to_bytes(codec.encode(tf.constant(image), CONFIG)), codec, SIZE, f"img-{i}.png",
+                             f"{i:016x}", "", labels=labels, spec=spec)
+               for i, (image, labels) in enumerate(zip(images, [("cat", "dog"), (), ("bird",)]))]
+    assert measure(records, CONFIG)["label"] == ["cat|dog", "", "bird"]

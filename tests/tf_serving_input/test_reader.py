@@ -105,3 +105,83 @@ def test_a_cache_that_would_not_fit_in_memory_is_refused_naming_its_size(tiny_jo
     with pytest.raises(ValueError, match=r"cache=True would keep \d+ decoded 16x16 images in memory"):
         make_dataset(tiny_job[0], "train", cache=True)
     assert make_dataset(tiny_job[0], "train", cache=False) is not None
+
+
+def _records(out):
+    """{key: parsed tf.train.Example} of every record of a run, read with TensorFlow's own classes."""
+    from beam_pipeline.common.records import read_records
+
+    examples = {}
+    for shard in OutputLayout(out).load_manifest()["shards"]:
+        with open(OutputLayout(out).path(shard["file"]), "rb") as f:
+            for record in read_records(f):
+                example = tf.train.Example.FromString(record)
+                examples[example.features.feature["image/key"].bytes_list.value[0].decode()] = example
+    return examples
+
+
+def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
+    import math
+
+    from tf_serving_input.column_parsing import load_feature_spec
+
+    out = tiny_job[0]
+    assert [c.name for c in load_feature_spec(out).columns] == ["caption", "tags", "score", "count", "emb",
+                                                                "objects", "classes"]
+    names = ["caption", "score", "count", "emb", "objects", "classes"]  # "tags": its vocabulary is the stats'.
+    dataset = make_dataset(out, "train", batch_size=4, training=False, columns=names + ["score"])
+    plain = [y.numpy() for _, y in make_dataset(out, "train", batch_size=4, training=False)]
+    examples = _records(out)
+    seen, scores = 0, []
+    for (images, columns), labels in zip(dataset, plain):
+        scores.append(columns["score"].numpy())
+        assert sorted(columns) == sorted(["label", *names]) and images.shape[1:] == (16, 16, 3)
+        np.testing.assert_array_equal(columns["label"].numpy(), labels)  # "label" as without columns.
+        assert columns["score"].dtype == tf.float32 and columns["count"].dtype == tf.float32
+        assert columns["emb"].shape.rank == 2 and columns["objects"].shape.as_list()[2:] == [4]
+        for i, caption in enumerate(columns["caption"].numpy()):
+            count = int(columns["count"].numpy()[i])
+            example = next(e for e in examples.values() if e.features.feature["column/count"].int64_list.value[0]
+                           == count)
+            feature = example.features.feature
+            assert caption == (feature["column/caption"].bytes_list.value[0] if "column/caption" in feature else b"")
+            score = columns["score"].numpy()[i]
+            assert ("column/score" in feature) != math.isnan(score)
+            assert columns["emb"][i].numpy().tolist() == list(feature["column/emb"].float_list.value)
+            assert columns["objects"][i].numpy().tolist() == [
+                list(box) for box in zip(*(feature[f"image/object/bbox/{k}"].float_list.value
+                                           for k in ("xmin", "ymin", "xmax", "ymax")))]
+            assert [c.decode() for c in columns["classes"][i].numpy()] == [
+                c.decode() for c in feature["image/object/class/text"].bytes_list.value]
+            seen += 1
+    assert seen == 9
+    # Z-scored per batch; through the cache (sparse values kept decoded) too.
+    zscored = make_dataset(out, "train", batch_size=4, training=False, columns=["score"], zscore=["score"],
+                           column_statistics={"score": (1.0, 0.5)}, cache=True)
+    for _ in range(2):
+        got = [columns["score"].numpy() for _, columns in zscored]
+        np.testing.assert_allclose(np.concatenate(got), (np.concatenate(scores) - 1.0) / 0.5)
+    training = make_dataset(out, "train", batch_size=4, training=True, seed=1, columns=["objects", "count"])
+    assert [columns["objects"].shape[0] for _, columns in training] == [4, 4]  # Augmented, the columns beside.
+    with pytest.raises(ValueError, match="no kept column 'nosuch'; the run keeps: caption, tags"):
+        make_dataset(out, columns=["nosuch"])
+    with pytest.raises(ValueError, match="no mean and std of column 'score'"):
+        make_dataset(out, columns=["score"], zscore=["score"])
+
+
+def test_a_multi_label_run_reads_its_labels_multi_hot_in_vocabulary_order(tiny_raw_job):
+    import tensorflow_transform as tft
+
+    from tf_serving_input import features
+
+    vocabulary = [v.decode() for v in tft.TFTransformOutput(tiny_raw_job).vocabulary_by_name(
+        features.LABEL_VOCABULARY)]
+    examples = _records(tiny_raw_job)
+    assert all(len(e.features.feature["label/text"].bytes_list.value) in (1, 2) for e in examples.values())
+    assert any(len(e.features.feature["label/text"].bytes_list.value) == 2 for e in examples.values())
+    plain = list(make_dataset(tiny_raw_job, "validation", batch_size=8, training=False))
+    with_columns = list(make_dataset(tiny_raw_job, "validation", batch_size=8, training=False, columns=[]))
+    for (_, labels), (_, columns) in zip(plain, with_columns):
+        assert labels.dtype == tf.float32 and labels.shape[1] == len(vocabulary)
+        np.testing.assert_array_equal(labels.numpy(), columns["label"].numpy())
+        assert set(np.unique(labels.numpy())) <= {0.0, 1.0}
