@@ -66,7 +66,8 @@ def read_text(path: str) -> str:
         return f.read()
 
 
-def _exists(path: str) -> bool:
+def exists(path: str) -> bool:
+    """Whether a file is there: locally with os.path, elsewhere with TensorFlow's gfile."""
     if is_local(path):
         import os
 
@@ -167,7 +168,7 @@ class RunFolder:
 
     def load_manifest(self) -> dict[str, Any]:
         """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
-        if not _exists(self.manifest_file):
+        if not exists(self.manifest_file):
             raise FileNotFoundError(f"{self.manifest_file} not found: is {self.root} the --output_dir of a "
                                     "finished run?")
         return json.loads(read_text(self.manifest_file))
@@ -185,6 +186,8 @@ class OutputLayout(RunFolder):
     # The image index (beam_pipeline/common/image_index.py), written by the first UI start, and its record.
     INDEX_FILE = "index.parquet"
     INDEX_RECORD_FILE = "index.json"
+    # The kept columns' statistics over the train split (tf_serving_input/column_stats.py), when it keeps any.
+    COLUMN_STATS_FILE = "column_stats.json"
 
     @property
     def raw_metadata_dir(self) -> str:
@@ -195,6 +198,11 @@ class OutputLayout(RunFolder):
     def tft_temp_dir(self) -> str:
         """tensorflow-transform's temporary folder when no --temp_location is given."""
         return self.path(self.TFT_TEMP_DIR)
+
+    @property
+    def column_stats_file(self) -> str:
+        """The kept columns' statistics (train split), read without TensorFlow: `column_stats.load_column_stats`."""
+        return self.path(self.COLUMN_STATS_FILE)
 
     @property
     def index_file(self) -> str:
@@ -212,7 +220,7 @@ class OutputLayout(RunFolder):
         run removes the image index too (not in `kept_on_resume`), which the next UI start builds again."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
                 cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR,
-                cls.INDEX_FILE, cls.INDEX_RECORD_FILE)
+                cls.INDEX_FILE, cls.INDEX_RECORD_FILE, cls.COLUMN_STATS_FILE)
 
     @classmethod
     def kept_on_resume(cls) -> tuple[str, ...]:

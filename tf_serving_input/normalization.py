@@ -13,12 +13,14 @@ per image does (a 224x224x3 float image cost ~1.4 ms per image to hand to TFT).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from tf_serving_input import features
+from tf_serving_input import column_stats, features
+from tf_serving_input.columns import BOXES, FLOAT, INT, LABELS, FeatureSpec
 
 MOMENTS = features.PIXEL_MOMENTS  # sum R, G, B; sum of squares R, G, B; pixel count.
 
@@ -71,20 +73,62 @@ def normalize_images(images: tf.Tensor, mean: tf.Tensor | Sequence[float],
     return (images - tf.broadcast_to(mean, plane)) * tf.broadcast_to(1.0 / tf.cast(std, tf.float32), plane)
 
 
-def raw_feature_spec() -> dict[str, tf.io.FixedLenFeature]:
-    """The raw features the transform graph takes: one image's pixel moments and its label text."""
-    return {
-        features.RAW_PIXEL_MOMENTS: tf.io.FixedLenFeature([MOMENTS], tf.int64),
-        features.RAW_LABEL: tf.io.FixedLenFeature([], tf.string),
-    }
+def raw_feature_spec(spec: FeatureSpec = FeatureSpec()) -> dict[str, Any]:
+    """The raw features the transform graph takes: one image's pixel moments and its label text; with kept
+    columns (`spec`), each column's analysed values and the image indicator (`raw_batch_type_specs`)."""
+    if spec == FeatureSpec():
+        return {
+            features.RAW_PIXEL_MOMENTS: tf.io.FixedLenFeature([MOMENTS], tf.int64),
+            features.RAW_LABEL: tf.io.FixedLenFeature([], tf.string),
+        }
+    feature_spec: dict[str, Any] = {}
+    for name, type_spec in raw_batch_type_specs(spec).items():
+        if isinstance(type_spec, tf.RaggedTensorSpec):
+            feature_spec[name] = tf.io.RaggedFeature(type_spec.dtype, value_key=name, row_splits_dtype=tf.int64)
+        else:
+            feature_spec[name] = tf.io.FixedLenFeature(type_spec.shape[1:], type_spec.dtype)
+    return feature_spec
 
 
-def raw_batch_type_specs() -> dict[str, tf.TensorSpec]:
-    """Type specs of a batch of raw features, as the Beam job hands them to TFT in Arrow form."""
-    return {
+def _ragged(dtype: tf.DType) -> tf.RaggedTensorSpec:
+    return tf.RaggedTensorSpec([None, None], dtype, ragged_rank=1, row_splits_dtype=tf.int64)
+
+
+# What the analysis gets of each kept column's value, by type (`column_stats.analysis_value`): the value, the
+# labels, or a length (a text's characters, a list's items).
+_ANALYSED_DTYPE = {INT: tf.int64, FLOAT: tf.float32, LABELS: tf.string}
+
+
+def raw_batch_type_specs(spec: FeatureSpec = FeatureSpec()) -> dict[str, tf.TypeSpec]:
+    """Type specs of a batch of raw features, as the Beam job hands them to TFT in Arrow form.
+
+    A run that keeps columns (`spec`) adds `images` (1 for an image's row) and each column's values as
+    `column_<i>` (ragged: 0 or 1 value, or a row's labels); a multi-label run's `label` is ragged too.
+    A run keeping none hands exactly what it did before columns existed.
+    """
+    specs: dict[str, tf.TypeSpec] = {
         features.RAW_PIXEL_MOMENTS: tf.TensorSpec([None, MOMENTS], tf.int64),
-        features.RAW_LABEL: tf.TensorSpec([None], tf.string),
+        features.RAW_LABEL: _ragged(tf.string) if spec.multi_label else tf.TensorSpec([None], tf.string),
     }
+    if spec == FeatureSpec():
+        return specs
+    specs[column_stats.RAW_IMAGES] = tf.TensorSpec([None], tf.int64)
+    for index, column in enumerate(spec.columns):
+        specs[column_stats.raw_column(index)] = _ragged(_ANALYSED_DTYPE.get(column.type, tf.int64))
+    return specs
+
+
+def _pixel_statistics(moments: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-channel mean and population std (float64 [3]) from the exact moment totals; a constant channel's std
+    is 1 (nothing to divide by: left centred but unscaled)."""
+    totals = tf.cast(tft.sum(moments, reduce_instance_dims=False), tf.float64)
+    count = tf.maximum(totals[6], 1.0)
+    mean = totals[0:3] / count
+    variance = tf.maximum(totals[3:6] / count - mean * mean, 0.0)
+    std = tf.sqrt(variance)
+    # A constant channel has no spread to divide by: leave it centred but unscaled.
+    std = tf.where(std > 0.0, std, tf.ones_like(std))
+    return mean, std
 
 
 def preprocessing_fn(inputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -93,16 +137,10 @@ def preprocessing_fn(inputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     Outputs 'pixel_mean' and 'pixel_std' ([B, 3] float32: the same constants for
     every row) and 'label' (int64 id in the vocabulary, UNKNOWN_LABEL_ID for ''
     or unseen labels). The sums are exact int64 (tft.sum), so the statistics
-    are bit-identical whatever the worker count or bundling.
+    are bit-identical whatever the worker count or bundling. A run that keeps
+    columns uses `column_preprocessing_fn(spec)`, this and more.
     """
-    moments = inputs[features.RAW_PIXEL_MOMENTS]
-    totals = tf.cast(tft.sum(moments, reduce_instance_dims=False), tf.float64)
-    count = tf.maximum(totals[6], 1.0)
-    mean = totals[0:3] / count
-    variance = tf.maximum(totals[3:6] / count - mean * mean, 0.0)
-    std = tf.sqrt(variance)
-    # A constant channel has no spread to divide by: leave it centred but unscaled.
-    std = tf.where(std > 0.0, std, tf.ones_like(std))
+    mean, std = _pixel_statistics(inputs[features.RAW_PIXEL_MOMENTS])
 
     label = inputs[features.RAW_LABEL]
     # Unlabeled rows (label '') weigh nothing, so '' never enters the vocabulary.
@@ -119,6 +157,95 @@ def preprocessing_fn(inputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     }
 
 
+def _exact_text(value: tf.Tensor) -> tf.Tensor:
+    """A statistic as text that reads back exactly: an int64 as digits, a float64 with 17 significant digits
+    (TFT's outputs cannot be float64)."""
+    if value.dtype.is_integer:
+        return tf.strings.as_string(value)
+    return tf.strings.as_string(tf.cast(value, tf.float64), precision=17, scientific=True)
+
+
+def _statistics(prefix: str, values: tf.RaggedTensor, measured: tf.Tensor, items: tf.Tensor, images: tf.Tensor,
+                batch: tf.Tensor) -> dict[str, tf.Tensor]:
+    """`<prefix>_counts` (images with a value, images without, `items` summed: int64 [B, 3]) and
+    `<prefix>_moments` (mean, population std, min, max of `measured`: exact text [B, 4]) of one ragged column."""
+    count = tft.sum(tf.cast(values.row_lengths() > 0, tf.int64))
+    counts = tf.stack([count, images - count, tft.sum(items)])
+    moments = tf.stack([_exact_text(tft.mean(measured, output_dtype=tf.float64)),
+                        _exact_text(tf.sqrt(tft.var(measured, output_dtype=tf.float64))),
+                        _exact_text(tft.min(measured)), _exact_text(tft.max(measured))])
+    return {column_stats.output_name(prefix, column_stats.COUNTS): tf.broadcast_to(counts, [batch, 3]),
+            column_stats.output_name(prefix, column_stats.MOMENTS): tf.broadcast_to(moments, [batch, 4])}
+
+
+def _labels_statistics(prefix: str, labels: tf.RaggedTensor, images: tf.Tensor, batch: tf.Tensor,
+                       vocabulary: str) -> dict[str, tf.Tensor]:
+    """A labels column's (or the label's) counts, labels per image, and vocabulary with frequencies (an asset).
+
+    Every label counts (each of a multi-label row's). TFT leaves out of a vocabulary only a token that is empty
+    or holds a line break (its file is one token a line); the list's reading refuses such a label
+    (`bad_value`), and a label of spaces alone is stripped to none: nothing reaches it that it would drop.
+    """
+    lengths = labels.row_lengths()
+    tft.vocabulary(labels, store_frequency=True, vocab_filename=vocabulary)
+    return _statistics(prefix, labels, tf.boolean_mask(lengths, lengths > 0), lengths, images, batch)
+
+
+def column_preprocessing_fn(spec: FeatureSpec) -> Callable[[Mapping[str, Any]], dict[str, tf.Tensor]]:
+    """The analysis of a run that keeps columns or is multi-label: `preprocessing_fn`'s outputs, and the kept
+    columns' statistics over the analysed (train) images (`tf_serving_input/column_stats.py` names them).
+
+    A multi-label run's label is ragged: its vocabulary counts every label of each image, and its `label`
+    output is ragged ids.
+    """
+
+    def analyse(inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
+        mean, std = _pixel_statistics(inputs[features.RAW_PIXEL_MOMENTS])
+        image_rows = inputs[column_stats.RAW_IMAGES]
+        batch = tf.shape(image_rows)[0]
+        images = tft.sum(image_rows)
+        label = inputs[features.RAW_LABEL]
+        if spec.multi_label:
+            labels = label
+            label_id = tft.compute_and_apply_vocabulary(
+                labels, default_value=features.UNKNOWN_LABEL_ID, vocab_filename=features.LABEL_VOCABULARY)
+        else:
+            has_label = tf.strings.length(label) > 0
+            label_id = tft.compute_and_apply_vocabulary(
+                label, default_value=features.UNKNOWN_LABEL_ID, weights=tf.cast(has_label, tf.float32),
+                vocab_filename=features.LABEL_VOCABULARY)
+            labels = tf.RaggedTensor.from_tensor(label[:, None], lengths=tf.cast(has_label, tf.int64))
+        outputs = {
+            features.TRANSFORMED_LABEL: label_id,
+            features.TRANSFORMED_PIXEL_MEAN: tf.broadcast_to(tf.cast(mean, tf.float32), [batch, 3]),
+            features.TRANSFORMED_PIXEL_STD: tf.broadcast_to(tf.cast(std, tf.float32), [batch, 3]),
+            **_labels_statistics(column_stats.LABEL_PREFIX, labels, images, batch,
+                                 column_stats.LABEL_FREQUENCY_VOCABULARY),
+        }
+        for index, column in enumerate(spec.columns):
+            name = column_stats.raw_column(index)
+            values = inputs[name]
+            if column.type == LABELS:
+                outputs.update(_labels_statistics(name, values, images, batch, column_stats.vocabulary_name(index)))
+            else:  # The value, or a length (a text's characters, a list's items: summed, the list's items in all).
+                items = values.row_lengths() if column.type in (INT, FLOAT) else values.flat_values
+                outputs.update(_statistics(name, values, values.flat_values, items, images, batch))
+        return outputs
+
+    return analyse
+
+
+def _probe(transform_output: tft.TFTransformOutput) -> dict[str, Any]:
+    """One row of raw features holding nothing (zero moments, no label, no value), in the graph's raw schema."""
+    probe: dict[str, Any] = {}
+    for name, feature in transform_output.raw_feature_spec().items():
+        if isinstance(feature, tf.io.RaggedFeature):
+            probe[name] = tf.RaggedTensor.from_row_lengths(tf.zeros([0], feature.dtype), tf.constant([0], tf.int64))
+        else:
+            probe[name] = tf.zeros([1, *feature.shape], feature.dtype)
+    return probe
+
+
 def read_statistics(
         output_dir: str, transform_output: tft.TFTransformOutput | None = None,
 ) -> tuple[list[float], list[float], list[str]]:
@@ -128,15 +255,52 @@ def read_statistics(
     strings in id order. `transform_output` is loaded from output_dir if None.
     """
     transform_output = transform_output or tft.TFTransformOutput(output_dir)
-    probe = {features.RAW_PIXEL_MOMENTS: tf.zeros([1, MOMENTS], tf.int64),
-             features.RAW_LABEL: tf.constant([""])}
-    outputs = transform_output.transform_raw_features(probe)
+    outputs = transform_output.transform_raw_features(_probe(transform_output))
     mean = outputs[features.TRANSFORMED_PIXEL_MEAN][0].numpy().tolist()
     std = outputs[features.TRANSFORMED_PIXEL_STD][0].numpy().tolist()
     vocabulary = [v.decode("utf-8") if isinstance(v, bytes) else v
                   for v in transform_output.vocabulary_by_name(features.LABEL_VOCABULARY)]
     # TFT stores a placeholder token when nothing was labeled (tables cannot be empty).
-    empty_placeholder = tft.analyzers.get_empy_vocabulary_dummy_value(tf.string)[1].decode()
-    if vocabulary == [empty_placeholder]:
+    if vocabulary == [_empty_vocabulary_placeholder().decode()]:
         vocabulary = []
     return mean, std, vocabulary
+
+
+def _empty_vocabulary_placeholder() -> bytes:
+    return tft.analyzers.get_empy_vocabulary_dummy_value(tf.string)[1]
+
+
+def read_column_statistics(output_dir: str, spec: FeatureSpec,
+                           transform_output: tft.TFTransformOutput | None = None) -> dict[str, Any]:
+    """column_stats.json's content (`column_stats.document`) from the saved transform graph of a run that keeps
+    columns: each output read once on a probe row, each vocabulary from its asset."""
+    transform_output = transform_output or tft.TFTransformOutput(output_dir)
+    outputs = transform_output.transform_raw_features(_probe(transform_output))
+    placeholder = _empty_vocabulary_placeholder()
+
+    def read(prefix: str, column_type: str, vocabulary: str | None) -> dict[str, Any]:
+        counts = outputs[column_stats.output_name(prefix, column_stats.COUNTS)][0].numpy().tolist()
+        moments = outputs[column_stats.output_name(prefix, column_stats.MOMENTS)][0].numpy().tolist()
+        entries = None
+        if vocabulary is not None:
+            with tf.io.gfile.GFile(transform_output.vocabulary_file_by_name(vocabulary), "rb") as f:
+                entries = column_stats.parse_frequency_vocabulary(f.read(), placeholder)
+        return column_stats.entry(column_type, counts, moments, float32=column_type == FLOAT,
+                                  vocabulary=entries)
+
+    columns = {}
+    for index, column in enumerate(spec.columns):
+        name = column_stats.raw_column(index)
+        columns[column.name] = read(name, column.type,
+                                    column_stats.vocabulary_name(index) if column.type == LABELS else None)
+        if column.box_classes:
+            columns[column.name]["box_classes"] = True
+        if column.type == BOXES:
+            classes = [c.name for c in spec.columns if c.box_classes]
+            if classes:
+                columns[column.name]["classes"] = classes[0]
+    label = read(column_stats.LABEL_PREFIX, LABELS, column_stats.LABEL_FREQUENCY_VOCABULARY)
+    label["multi_label"] = spec.multi_label
+    label.pop("type")
+    images = label["count"] + label["missing"]
+    return column_stats.document(spec, images, columns, label)

@@ -109,6 +109,21 @@ def fetched_this_run(totals, built, shards):
     return {"urls": totals["urls"], **this_run}
 
 
+def write_column_statistics(job, layout):
+    """A run that keeps columns: their statistics read from the transform graph into column_stats.json (before
+    the manifest, which comes last); returns them. None for a run that keeps none (no file)."""
+    from beam_pipeline.common.files import write_json
+    from tf_serving_input.columns import FeatureSpec
+
+    if job.features == FeatureSpec():
+        return None
+    from tf_serving_input.normalization import read_column_statistics
+
+    document = read_column_statistics(job.output_dir, job.features)
+    write_json(layout.column_stats_file, document)
+    return document
+
+
 def _tft_temp_dir(layout, pipeline_options):
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -167,7 +182,7 @@ class PreprocessLauncher(Launcher):
 
         from beam_pipeline.common import report
         from beam_pipeline.inputs.rows import all_shard_keys, shard_counts_for
-        from beam_pipeline.preprocess import step_timing
+        from beam_pipeline.preprocess import column_report, step_timing
         from beam_pipeline.preprocess.pipeline import build_pipeline
         from tf_serving_input.layout import shard_name
 
@@ -196,6 +211,7 @@ class PreprocessLauncher(Launcher):
             return 1
         step.now(f"writing the manifest to {layout.root}")
         statistics = read_statistics(job.output_dir)
+        columns = write_column_statistics(job, layout)
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
@@ -207,7 +223,8 @@ class PreprocessLauncher(Launcher):
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
-        terminal.result(report.format_summary(manifest, layout, step_timing.summary_rows(manifest)))
+        terminal.result(report.format_summary(manifest, layout, column_report.summary_rows(columns)
+                                              + step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)
 
 
