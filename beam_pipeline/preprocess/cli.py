@@ -109,7 +109,7 @@ def fetched_this_run(totals, built, shards):
     return {"urls": totals["urls"], **this_run}
 
 
-def write_column_statistics(job, layout):
+def write_column_statistics(job, layout, transform_output=None):
     """A run that keeps columns: their statistics read from the transform graph into column_stats.json (before
     the manifest, which comes last); returns them. None for a run that keeps none (no file)."""
     from beam_pipeline.common.files import write_json
@@ -119,7 +119,7 @@ def write_column_statistics(job, layout):
         return None
     from tf_serving_input.normalization import read_column_statistics
 
-    document = read_column_statistics(job.output_dir, job.features)
+    document = read_column_statistics(job.output_dir, job.features, transform_output)
     write_json(layout.column_stats_file, document)
     return document
 
@@ -210,8 +210,11 @@ class PreprocessLauncher(Launcher):
         if statuses is None:
             return 1
         step.now(f"writing the manifest to {layout.root}")
-        statistics = read_statistics(job.output_dir)
-        columns = write_column_statistics(job, layout)
+        import tensorflow_transform as tft
+
+        transform_output = tft.TFTransformOutput(job.output_dir)  # Loaded once, for both.
+        statistics = read_statistics(job.output_dir, transform_output)
+        columns = write_column_statistics(job, layout, transform_output)
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
