@@ -7,9 +7,10 @@
 The job analyzes the kept columns of the `train` rows it wrote with tensorflow-transform,
 as it does the pixels (`normalization.column_preprocessing_fn`), so the statistics are
 saved with the transform graph: each column's outputs (`column_<i>_counts`,
-`column_<i>_moments`) and a `labels` column's vocabulary with frequencies (the asset
-`column_<i>`). The graph names a column by its index in features.json's order, never by
-its name: a name is someone else's text. After the run the launcher reads them back
+`column_<i>_moments`) and the labels of every `labels` column and of the label with their
+frequencies (the asset `label_frequency`, a label as `column_<i>:LABEL` or `label:LABEL`).
+The graph names a column by its index in features.json's order, never by its name: a
+name is someone else's text. After the run the launcher reads them back
 once into `column_stats.json` beside the run (`document`), which this module reads
 with no TensorFlow (`load_column_stats`, `read_document`): the summary, `inspect` and
 the reader (z-scored numeric columns) use that file.
@@ -49,8 +50,11 @@ FILE = "column_stats.json"
 # The transform graph's names (raw features, outputs, vocabulary assets): by index, never a column's name.
 RAW_IMAGES = "images"  # 1 for an image's row, 0 for a shard's row of moment totals.
 COUNTS, MOMENTS = "counts", "moments"
-LABEL_PREFIX = "label"  # The run's own label: label_counts, label_moments, and the vocabulary below.
-LABEL_FREQUENCY_VOCABULARY = "label_frequency"
+LABEL_PREFIX = "label"  # The run's own label: label_counts, label_moments.
+# One vocabulary asset with frequencies holds every labels column's labels and the label's, each as
+# '<prefix>:<label>' (`label:cat`, `column_3:cat`): one analyzer, whatever the number of columns.
+FREQUENCY_VOCABULARY = "label_frequency"
+TOKEN_SEPARATOR = ":"
 # What `counts` ([3] int64) and `moments` ([4] exact decimal text) hold, in order.
 COUNT_FIELDS = ("count", "missing", "items")
 MOMENT_FIELDS = ("mean", "std", "min", "max")
@@ -67,11 +71,6 @@ def raw_column(index: int) -> str:
 def output_name(prefix: str, kind: str) -> str:
     """A statistics output of the graph: `column_<i>_counts`, `label_moments` ..."""
     return f"{prefix}_{kind}"
-
-
-def vocabulary_name(index: int) -> str:
-    """The vocabulary asset (with frequencies) of the `labels` column at `index`."""
-    return raw_column(index)
 
 
 def analysis_value(column: Column, value: Value | None) -> tuple[Any, ...]:
@@ -99,6 +98,15 @@ def parse_frequency_vocabulary(data: bytes, placeholder: bytes | None = None) ->
             continue
         entries.append([token.decode("utf-8"), int(float(count))])
     return entries
+
+
+def split_vocabularies(entries: list[list[Any]]) -> dict[str, list[list[Any]]]:
+    """FREQUENCY_VOCABULARY's [[token, count], ...] as {prefix: [[label, count], ...]}, each in the file's order."""
+    vocabularies: dict[str, list[list[Any]]] = {}
+    for token, count in entries:
+        prefix, _, label = token.partition(TOKEN_SEPARATOR)
+        vocabularies.setdefault(prefix, []).append([label, count])
+    return vocabularies
 
 
 def _number(text: str | bytes, exact_int: bool) -> float | int | None:
@@ -132,6 +140,9 @@ def entry(column_type: str, counts: Sequence[int], moments: Sequence[str | bytes
         result[measured] = stats
     if vocabulary is not None:
         result["vocabulary"] = vocabulary
+        unheld = items - sum(count for _, count in vocabulary)
+        if unheld:  # Labels TFT left out of the vocabulary (empty, or holding a line break): said, never silent.
+            result["not_in_vocabulary"] = unheld
     return result
 
 

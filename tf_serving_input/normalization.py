@@ -165,30 +165,65 @@ def _exact_text(value: tf.Tensor) -> tf.Tensor:
     return tf.strings.as_string(tf.cast(value, tf.float64), precision=17, scientific=True)
 
 
-def _statistics(prefix: str, values: tf.RaggedTensor, measured: tf.Tensor, items: tf.Tensor, images: tf.Tensor,
+def _first(values: tf.RaggedTensor, batch: tf.Tensor) -> tf.Tensor:
+    """A ragged column of 0 or 1 value a row as [B] (0 where none)."""
+    return values.to_tensor(default_value=tf.zeros([], values.dtype), shape=tf.stack([batch, 1]))[:, 0]
+
+
+def _sparse(measured: tf.Tensor, mask: tf.Tensor) -> tf.SparseTensor:
+    """[B, N] values where `mask` holds, as a SparseTensor: what a column-wise analyzer reads over present values."""
+    indices = tf.where(mask)
+    return tf.SparseTensor(indices, tf.gather_nd(measured, indices), tf.shape(measured, out_type=tf.int64))
+
+
+def _statistics(entries: Sequence[tuple[str, str, tf.RaggedTensor]], images: tf.Tensor,
                 batch: tf.Tensor) -> dict[str, tf.Tensor]:
-    """`<prefix>_counts` (images with a value, images without, `items` summed: int64 [B, 3]) and
-    `<prefix>_moments` (mean, population std, min, max of `measured`: exact text [B, 4]) of one ragged column."""
-    count = tft.sum(tf.cast(values.row_lengths() > 0, tf.int64))
-    counts = tf.stack([count, images - count, tft.sum(items)])
-    moments = tf.stack([_exact_text(tft.mean(measured, output_dtype=tf.float64)),
-                        _exact_text(tf.sqrt(tft.var(measured, output_dtype=tf.float64))),
-                        _exact_text(tft.min(measured)), _exact_text(tft.max(measured))])
-    return {column_stats.output_name(prefix, column_stats.COUNTS): tf.broadcast_to(counts, [batch, 3]),
-            column_stats.output_name(prefix, column_stats.MOMENTS): tf.broadcast_to(moments, [batch, 4])}
+    """Every column's statistics with a fixed number of analyzers, whatever the number of columns.
 
-
-def _labels_statistics(prefix: str, labels: tf.RaggedTensor, images: tf.Tensor, batch: tf.Tensor,
-                       vocabulary: str) -> dict[str, tf.Tensor]:
-    """A labels column's (or the label's) counts, labels per image, and vocabulary with frequencies (an asset).
-
-    Every label counts (each of a multi-label row's). TFT leaves out of a vocabulary only a token that is empty
-    or holds a line break (its file is one token a line); the list's reading refuses such a label
-    (`bad_value`), and a label of spaces alone is stripped to none: nothing reaches it that it would drop.
+    `entries`: (output prefix, kind, ragged values) with kind 'labels' (measured: labels per row), 'int' or
+    'float' (the value) or 'length' (the value is a length: a text's characters, a list's items). Each gives
+    `<prefix>_counts` (images with a value, images without, items in all: int64 [B, 3]) and `<prefix>_moments`
+    (mean, population std, min, max of what is measured, over the images with a value: exact text [B, 4]), and
+    the `labels` ones their labels to one vocabulary with frequencies, each label as `<prefix>:<label>`.
     """
-    lengths = labels.row_lengths()
-    tft.vocabulary(labels, store_frequency=True, vocab_filename=vocabulary)
-    return _statistics(prefix, labels, tf.boolean_mask(lengths, lengths > 0), lengths, images, batch)
+    has, items, measured, is_float = [], [], [], []
+    for _, kind, values in entries:
+        lengths = values.row_lengths()
+        has.append(lengths > 0)
+        first = lengths if kind == LABELS else _first(values, batch)
+        items.append(first if kind == "length" else lengths)
+        measured.append(first)
+        is_float.append(kind == FLOAT)
+    mask = tf.stack(has, axis=1)
+    counts = tft.sum(tf.stack([tf.cast(mask, tf.int64), tf.stack(items, axis=1)], axis=2),
+                     reduce_instance_dims=False)  # [N, 2]
+    real = _sparse(tf.stack([tf.cast(value, tf.float64) for value in measured], axis=1), mask)
+    mean = tft.mean(real, reduce_instance_dims=False, output_dtype=tf.float64)
+    std = tf.sqrt(tft.var(real, reduce_instance_dims=False, output_dtype=tf.float64))
+    float_columns = tf.constant(is_float)
+    # Min and max in the values' own type: an int's exact (float64 holds integers exactly only to 2 ** 53).
+    whole = _sparse(tf.stack([tf.zeros_like(value, tf.int64) if floating else value
+                              for value, floating in zip(measured, is_float)], axis=1),
+                    mask & ~float_columns[None, :])
+    low, high = _exact_text(tft.min(whole, reduce_instance_dims=False)), \
+        _exact_text(tft.max(whole, reduce_instance_dims=False))
+    if any(is_float):
+        fractional = _sparse(tf.stack([value if floating else tf.zeros_like(value, tf.float32)
+                                       for value, floating in zip(measured, is_float)], axis=1),
+                             mask & float_columns[None, :])
+        low = tf.where(float_columns, _exact_text(tft.min(fractional, reduce_instance_dims=False)), low)
+        high = tf.where(float_columns, _exact_text(tft.max(fractional, reduce_instance_dims=False)), high)
+    moments = tf.stack([_exact_text(mean), _exact_text(std), low, high], axis=1)  # [N, 4]
+    tokens = [values.with_flat_values(tf.strings.join([prefix + column_stats.TOKEN_SEPARATOR, values.flat_values]))
+              for prefix, kind, values in entries if kind == LABELS]
+    tft.vocabulary(tf.concat(tokens, axis=1), store_frequency=True,
+                   vocab_filename=column_stats.FREQUENCY_VOCABULARY)
+    outputs = {}
+    for at, (prefix, _, _) in enumerate(entries):
+        three = tf.stack([counts[at, 0], images - counts[at, 0], counts[at, 1]])
+        outputs[column_stats.output_name(prefix, column_stats.COUNTS)] = tf.broadcast_to(three, [batch, 3])
+        outputs[column_stats.output_name(prefix, column_stats.MOMENTS)] = tf.broadcast_to(moments[at], [batch, 4])
+    return outputs
 
 
 def column_preprocessing_fn(spec: FeatureSpec) -> Callable[[Mapping[str, Any]], dict[str, tf.Tensor]]:
@@ -196,14 +231,15 @@ def column_preprocessing_fn(spec: FeatureSpec) -> Callable[[Mapping[str, Any]], 
     columns' statistics over the analysed (train) images (`tf_serving_input/column_stats.py` names them).
 
     A multi-label run's label is ragged: its vocabulary counts every label of each image, and its `label`
-    output is ragged ids.
+    output is ragged ids. TFT leaves out of a vocabulary only a token that is empty or holds a line break (its
+    file is one token a line): the list's reading refuses such a label (`bad_value`), a label of spaces alone
+    is stripped to none, and `column_stats.entry` says so should a count and its vocabulary ever disagree.
     """
 
     def analyse(inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
         mean, std = _pixel_statistics(inputs[features.RAW_PIXEL_MOMENTS])
         image_rows = inputs[column_stats.RAW_IMAGES]
         batch = tf.shape(image_rows)[0]
-        images = tft.sum(image_rows)
         label = inputs[features.RAW_LABEL]
         if spec.multi_label:
             labels = label
@@ -215,22 +251,16 @@ def column_preprocessing_fn(spec: FeatureSpec) -> Callable[[Mapping[str, Any]], 
                 label, default_value=features.UNKNOWN_LABEL_ID, weights=tf.cast(has_label, tf.float32),
                 vocab_filename=features.LABEL_VOCABULARY)
             labels = tf.RaggedTensor.from_tensor(label[:, None], lengths=tf.cast(has_label, tf.int64))
-        outputs = {
+        entries = [(column_stats.LABEL_PREFIX, LABELS, labels)]
+        for index, column in enumerate(spec.columns):
+            kind = column.type if column.type in (INT, FLOAT, LABELS) else "length"
+            entries.append((column_stats.raw_column(index), kind, inputs[column_stats.raw_column(index)]))
+        return {
             features.TRANSFORMED_LABEL: label_id,
             features.TRANSFORMED_PIXEL_MEAN: tf.broadcast_to(tf.cast(mean, tf.float32), [batch, 3]),
             features.TRANSFORMED_PIXEL_STD: tf.broadcast_to(tf.cast(std, tf.float32), [batch, 3]),
-            **_labels_statistics(column_stats.LABEL_PREFIX, labels, images, batch,
-                                 column_stats.LABEL_FREQUENCY_VOCABULARY),
+            **_statistics(entries, tft.sum(image_rows), batch),
         }
-        for index, column in enumerate(spec.columns):
-            name = column_stats.raw_column(index)
-            values = inputs[name]
-            if column.type == LABELS:
-                outputs.update(_labels_statistics(name, values, images, batch, column_stats.vocabulary_name(index)))
-            else:  # The value, or a length (a text's characters, a list's items: summed, the list's items in all).
-                items = values.row_lengths() if column.type in (INT, FLOAT) else values.flat_values
-                outputs.update(_statistics(name, values, values.flat_values, items, images, batch))
-        return outputs
 
     return analyse
 
@@ -273,34 +303,28 @@ def _empty_vocabulary_placeholder() -> bytes:
 def read_column_statistics(output_dir: str, spec: FeatureSpec,
                            transform_output: tft.TFTransformOutput | None = None) -> dict[str, Any]:
     """column_stats.json's content (`column_stats.document`) from the saved transform graph of a run that keeps
-    columns: each output read once on a probe row, each vocabulary from its asset."""
+    columns: each output read once on a probe row, the labels' frequencies from their vocabulary asset."""
     transform_output = transform_output or tft.TFTransformOutput(output_dir)
     outputs = transform_output.transform_raw_features(_probe(transform_output))
-    placeholder = _empty_vocabulary_placeholder()
+    with tf.io.gfile.GFile(transform_output.vocabulary_file_by_name(column_stats.FREQUENCY_VOCABULARY), "rb") as f:
+        vocabularies = column_stats.split_vocabularies(
+            column_stats.parse_frequency_vocabulary(f.read(), _empty_vocabulary_placeholder()))
 
-    def read(prefix: str, column_type: str, vocabulary: str | None) -> dict[str, Any]:
+    def read(prefix: str, column_type: str) -> dict[str, Any]:
         counts = outputs[column_stats.output_name(prefix, column_stats.COUNTS)][0].numpy().tolist()
         moments = outputs[column_stats.output_name(prefix, column_stats.MOMENTS)][0].numpy().tolist()
-        entries = None
-        if vocabulary is not None:
-            with tf.io.gfile.GFile(transform_output.vocabulary_file_by_name(vocabulary), "rb") as f:
-                entries = column_stats.parse_frequency_vocabulary(f.read(), placeholder)
         return column_stats.entry(column_type, counts, moments, float32=column_type == FLOAT,
-                                  vocabulary=entries)
+                                  vocabulary=vocabularies.get(prefix, []) if column_type == LABELS else None)
 
     columns = {}
+    classes = [column.name for column in spec.columns if column.box_classes]
     for index, column in enumerate(spec.columns):
-        name = column_stats.raw_column(index)
-        columns[column.name] = read(name, column.type,
-                                    column_stats.vocabulary_name(index) if column.type == LABELS else None)
+        columns[column.name] = read(column_stats.raw_column(index), column.type)
         if column.box_classes:
             columns[column.name]["box_classes"] = True
-        if column.type == BOXES:
-            classes = [c.name for c in spec.columns if c.box_classes]
-            if classes:
-                columns[column.name]["classes"] = classes[0]
-    label = read(column_stats.LABEL_PREFIX, LABELS, column_stats.LABEL_FREQUENCY_VOCABULARY)
-    label["multi_label"] = spec.multi_label
+        if column.type == BOXES and classes:
+            columns[column.name]["classes"] = classes[0]
+    label = read(column_stats.LABEL_PREFIX, LABELS)
     label.pop("type")
-    images = label["count"] + label["missing"]
-    return column_stats.document(spec, images, columns, label)
+    label["multi_label"] = spec.multi_label
+    return column_stats.document(spec, label["count"] + label["missing"], columns, label)

@@ -62,7 +62,13 @@ def column_line(entry: dict[str, Any]) -> str:
         parts.append(f"{entry['items']} {'labels' if kind == LABELS else 'items'}, "
                      f"{_spread(entry['per_image'])} per image")
     line = ", ".join(parts)
-    return line + (f"; {_vocabulary(entry)}" if kind == LABELS else "")
+    return line + (f"; {_vocabulary(entry)}" if kind == LABELS else "") + _unheld(entry)
+
+
+def _unheld(entry: dict[str, Any]) -> str:
+    """Labels a vocabulary could not hold (should one ever reach it): said, never left out silently."""
+    unheld = entry.get("not_in_vocabulary")
+    return f"; {unheld} labels not in the vocabulary (empty, or holding a line break)" if unheld else ""
 
 
 def summary_rows(document: dict[str, Any] | None) -> list[tuple[str, str]]:
@@ -78,5 +84,5 @@ def summary_rows(document: dict[str, Any] | None) -> list[tuple[str, str]]:
             without = f" ({label['missing']} images without one)" if label["missing"] else ""
             rows.append(("labels per image", f"{_spread(label['per_image'])}{without}"
                          if label["count"] else "no label in the train split"))
-        rows.append(("label counts", _vocabulary(label)))
+        rows.append(("label counts", _vocabulary(label) + _unheld(label)))
     return rows

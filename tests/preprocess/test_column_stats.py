@@ -75,6 +75,12 @@ def test_frequency_vocabulary_keeps_labels_with_spaces_and_separators():
     assert column_stats.parse_frequency_vocabulary(data) == [["a b", 3], [" x", 2], ["\u2028", 1], ["\x1f", 1],
                                                              ["é", 1]]
     assert column_stats.parse_frequency_vocabulary(b"0 PLACEHOLDER\n", b"PLACEHOLDER") == []
+    assert column_stats.split_vocabularies([["label:a:b", 2], ["column_3:x", 1], ["label:c", 1]]) == {
+        "label": [["a:b", 2], ["c", 1]], "column_3": [["x", 1]]}
+    # A count its vocabulary does not add up to is said (TFT leaves out an empty label or one with a line break).
+    entry = column_stats.entry("labels", [1, 0, 3], ["3", "0", "3", "3"], vocabulary=[["a", 2]])
+    assert entry["not_in_vocabulary"] == 1
+    assert "1 labels not in the vocabulary" in column_report.column_line(entry)
 
 
 def test_entries_are_exact_and_empty_columns_have_no_moments():
@@ -159,7 +165,9 @@ def test_the_graph_names_columns_by_index_and_holds_the_statistics(columns_job):
     names = set(output.transformed_feature_spec())
     assert {"pixel_mean", "pixel_std", "label", "column_0_counts", "column_0_moments", "label_counts"} <= names
     assets = {path.name for path in (columns_job.out_path / "transform_fn" / "assets").iterdir()}
-    assert assets == {"label", "label_frequency", "column_1", "column_3"}  # tags and cls, by index.
+    assert assets == {"label", "label_frequency"}  # Every labels column's labels in one, by column index:
+    tokens = (columns_job.out_path / "transform_fn" / "assets" / "label_frequency").read_text().splitlines()
+    assert {token.split(" ", 1)[1].split(":")[0] for token in tokens} == {"label", "column_1", "column_3"}
     assert normalization.read_column_statistics(columns_job.out, columns_job.spec, output) == \
         column_stats.read_document(columns_job.out)
     mean, std, vocabulary = normalization.read_statistics(columns_job.out, output)
