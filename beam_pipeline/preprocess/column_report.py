@@ -81,7 +81,7 @@ def summary_rows(document: dict[str, Any] | None) -> list[tuple[str, str]]:
     label = document.get("label")
     if label is not None:
         if document.get("multi_label"):
-            without = f" ({label['missing']} images without one)" if label["missing"] else ""
+            without = f"; without a label: {label['missing']}" if label["missing"] else ""
             rows.append(("labels per image", f"{_spread(label['per_image'])}{without}"
                          if label["count"] else "no label in the train split"))
         rows.append(("label counts", _vocabulary(label) + _unheld(label)))
