@@ -42,13 +42,18 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Column, FeatureSpec, Value
+from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, FeatureSpec, Value
 
 VERSION = 1
 FILE = "column_stats.json"
 
 # The transform graph's names (raw features, outputs, vocabulary assets): by index, never a column's name.
 RAW_IMAGES = "images"  # 1 for an image's row, 0 for a shard's row of moment totals.
+# Per row, [N] for N = 1 + the kept columns (0: the label, i + 1: the column at features.json's index i): whether
+# it has a value, its items (labels, a list's items, a text's characters), what is measured as an int64 (the
+# value, or a count) or as a float32 (a float column's value); and the row's labels, as '<prefix>:<label>'.
+RAW_PRESENT, RAW_ITEMS, RAW_WHOLE, RAW_REAL, RAW_LABELS = (
+    "column_present", "column_items", "column_whole", "column_real", "column_labels")
 COUNTS, MOMENTS = "counts", "moments"
 LABEL_PREFIX = "label"  # The run's own label: label_counts, label_moments.
 # One vocabulary asset with frequencies holds every labels column's labels and the label's, each as
@@ -64,7 +69,7 @@ _MEASURED = {INT: None, FLOAT: None, TEXT: "characters", LABELS: "per_image", FL
 
 
 def raw_column(index: int) -> str:
-    """The raw feature of the kept column at `index` (features.json's order)."""
+    """The prefix of the kept column at `index` (features.json's order) in the graph: its outputs, its labels."""
     return f"column_{index}"
 
 
@@ -73,16 +78,29 @@ def output_name(prefix: str, kind: str) -> str:
     return f"{prefix}_{kind}"
 
 
-def analysis_value(column: Column, value: Value | None) -> tuple[Any, ...]:
-    """What the analysis gets of one row's value: () when missing; the value (int, float), the text's length,
-    the list's length (floats, boxes) or its labels as UTF-8 (labels)."""
-    if value is None:
-        return ()
-    if column.type in (INT, FLOAT):
-        return (value,)
-    if column.type == LABELS:
-        return tuple(label.encode("utf-8") for label in value)  # type: ignore[union-attr]
-    return (len(value),)  # type: ignore[arg-type]
+Analysed = tuple[list[int], list[int], list[int], list[float], list[bytes]]
+
+
+def analysed(spec: FeatureSpec, labels: Sequence[str], values: Mapping[str, Value]) -> Analysed:
+    """What the analysis gets of one written row: (present, items, whole, real) [N] each and its labels as tokens
+    (see RAW_PRESENT): `labels` are the row's labels (one, none, or a multi-label row's), `values` its kept
+    columns' values by name (a missing one left out)."""
+    rows: list[tuple[int, int, int, float]] = [(int(bool(labels)), len(labels), len(labels), 0.0)]
+    tokens = [f"{LABEL_PREFIX}{TOKEN_SEPARATOR}{label}".encode() for label in labels]
+    for index, column in enumerate(spec.columns):
+        value: Any = values.get(column.name)
+        if value is None:
+            rows.append((0, 0, 0, 0.0))
+        elif column.type == FLOAT:
+            rows.append((1, 1, 0, float(value)))
+        elif column.type == INT:
+            rows.append((1, 1, int(value), 0.0))
+        else:  # A text's characters, a list's items: counted.
+            rows.append((1, len(value), len(value), 0.0))
+            if column.type == LABELS:
+                tokens += [f"{raw_column(index)}{TOKEN_SEPARATOR}{label}".encode() for label in value]
+    present, items, whole, real = (list(field) for field in zip(*rows))
+    return present, items, whole, real, tokens
 
 
 def parse_frequency_vocabulary(data: bytes, placeholder: bytes | None = None) -> list[list[Any]]:

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from tf_serving_input import column_stats, features
-from tf_serving_input.columns import BOXES, FLOAT, INT, LABELS, FeatureSpec
+from tf_serving_input.columns import BOXES, FLOAT, LABELS, FeatureSpec
 
 MOMENTS = features.PIXEL_MOMENTS  # sum R, G, B; sum of squares R, G, B; pixel count.
 
@@ -94,17 +94,12 @@ def _ragged(dtype: tf.DType) -> tf.RaggedTensorSpec:
     return tf.RaggedTensorSpec([None, None], dtype, ragged_rank=1, row_splits_dtype=tf.int64)
 
 
-# What the analysis gets of each kept column's value, by type (`column_stats.analysis_value`): the value, the
-# labels, or a length (a text's characters, a list's items).
-_ANALYSED_DTYPE = {INT: tf.int64, FLOAT: tf.float32, LABELS: tf.string}
-
-
 def raw_batch_type_specs(spec: FeatureSpec = FeatureSpec()) -> dict[str, tf.TypeSpec]:
     """Type specs of a batch of raw features, as the Beam job hands them to TFT in Arrow form.
 
-    A run that keeps columns (`spec`) adds `images` (1 for an image's row) and each column's values as
-    `column_<i>` (ragged: 0 or 1 value, or a row's labels); a multi-label run's `label` is ragged too.
-    A run keeping none hands exactly what it did before columns existed.
+    A run that keeps columns (`spec`) adds `images` (1 for an image's row) and, for the label and each column,
+    dense [None, N] rows of what the statistics need and the row's labels (`column_stats.RAW_PRESENT` ...); a
+    multi-label run's `label` is ragged. A run keeping none hands exactly what it did before columns existed.
     """
     specs: dict[str, tf.TypeSpec] = {
         features.RAW_PIXEL_MOMENTS: tf.TensorSpec([None, MOMENTS], tf.int64),
@@ -112,9 +107,12 @@ def raw_batch_type_specs(spec: FeatureSpec = FeatureSpec()) -> dict[str, tf.Type
     }
     if spec == FeatureSpec():
         return specs
+    width = 1 + len(spec.columns)
     specs[column_stats.RAW_IMAGES] = tf.TensorSpec([None], tf.int64)
-    for index, column in enumerate(spec.columns):
-        specs[column_stats.raw_column(index)] = _ragged(_ANALYSED_DTYPE.get(column.type, tf.int64))
+    for name in (column_stats.RAW_PRESENT, column_stats.RAW_ITEMS, column_stats.RAW_WHOLE):
+        specs[name] = tf.TensorSpec([None, width], tf.int64)
+    specs[column_stats.RAW_REAL] = tf.TensorSpec([None, width], tf.float32)
+    specs[column_stats.RAW_LABELS] = _ragged(tf.string)
     return specs
 
 
@@ -165,61 +163,43 @@ def _exact_text(value: tf.Tensor) -> tf.Tensor:
     return tf.strings.as_string(tf.cast(value, tf.float64), precision=17, scientific=True)
 
 
-def _first(values: tf.RaggedTensor, batch: tf.Tensor) -> tf.Tensor:
-    """A ragged column of 0 or 1 value a row as [B] (0 where none)."""
-    return values.to_tensor(default_value=tf.zeros([], values.dtype), shape=tf.stack([batch, 1]))[:, 0]
-
-
 def _sparse(measured: tf.Tensor, mask: tf.Tensor) -> tf.SparseTensor:
     """[B, N] values where `mask` holds, as a SparseTensor: what a column-wise analyzer reads over present values."""
     indices = tf.where(mask)
     return tf.SparseTensor(indices, tf.gather_nd(measured, indices), tf.shape(measured, out_type=tf.int64))
 
 
-def _statistics(entries: Sequence[tuple[str, str, tf.RaggedTensor]], images: tf.Tensor,
-                batch: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Every column's statistics with a fixed number of analyzers, whatever the number of columns.
+def _statistics(spec: FeatureSpec, inputs: Mapping[str, Any], batch: tf.Tensor) -> dict[str, tf.Tensor]:
+    """The label's and every kept column's statistics, with a fixed number of analyzers for any number of columns.
 
-    `entries`: (output prefix, kind, ragged values) with kind 'labels' (measured: labels per row), 'int' or
-    'float' (the value) or 'length' (the value is a length: a text's characters, a list's items). Each gives
-    `<prefix>_counts` (images with a value, images without, items in all: int64 [B, 3]) and `<prefix>_moments`
-    (mean, population std, min, max of what is measured, over the images with a value: exact text [B, 4]), and
-    the `labels` ones their labels to one vocabulary with frequencies, each label as `<prefix>:<label>`.
+    Each of the N (0: the label, i + 1: column i) gives `<prefix>_counts` (images with a value, images without,
+    items in all: int64 [B, 3]) and `<prefix>_moments` (mean, population std, min, max of what is measured, over
+    the images with a value: exact text [B, 4]); every label goes to one vocabulary with frequencies.
     """
-    has, items, measured, is_float = [], [], [], []
-    for _, kind, values in entries:
-        lengths = values.row_lengths()
-        has.append(lengths > 0)
-        first = lengths if kind == LABELS else _first(values, batch)
-        items.append(first if kind == "length" else lengths)
-        measured.append(first)
-        is_float.append(kind == FLOAT)
-    mask = tf.stack(has, axis=1)
-    counts = tft.sum(tf.stack([tf.cast(mask, tf.int64), tf.stack(items, axis=1)], axis=2),
-                     reduce_instance_dims=False)  # [N, 2]
-    real = _sparse(tf.stack([tf.cast(value, tf.float64) for value in measured], axis=1), mask)
-    mean = tft.mean(real, reduce_instance_dims=False, output_dtype=tf.float64)
-    std = tf.sqrt(tft.var(real, reduce_instance_dims=False, output_dtype=tf.float64))
-    float_columns = tf.constant(is_float)
+    present = inputs[column_stats.RAW_PRESENT]
+    whole, real = inputs[column_stats.RAW_WHOLE], inputs[column_stats.RAW_REAL]
+    images = tft.sum(inputs[column_stats.RAW_IMAGES])
+    counts = tft.sum(tf.stack([present, inputs[column_stats.RAW_ITEMS]], axis=2), reduce_instance_dims=False)
+    is_float = [False] + [column.type == FLOAT for column in spec.columns]
+    float_columns = tf.constant(is_float)[None, :]
+    mask = present > 0
+    measured = _sparse(tf.where(float_columns, tf.cast(real, tf.float64), tf.cast(whole, tf.float64)), mask)
+    mean = tft.mean(measured, reduce_instance_dims=False, output_dtype=tf.float64)
+    std = tf.sqrt(tft.var(measured, reduce_instance_dims=False, output_dtype=tf.float64))
     # Min and max in the values' own type: an int's exact (float64 holds integers exactly only to 2 ** 53).
-    whole = _sparse(tf.stack([tf.zeros_like(value, tf.int64) if floating else value
-                              for value, floating in zip(measured, is_float)], axis=1),
-                    mask & ~float_columns[None, :])
-    low, high = _exact_text(tft.min(whole, reduce_instance_dims=False)), \
-        _exact_text(tft.max(whole, reduce_instance_dims=False))
+    integral = _sparse(whole, mask & ~float_columns)
+    low = _exact_text(tft.min(integral, reduce_instance_dims=False))
+    high = _exact_text(tft.max(integral, reduce_instance_dims=False))
     if any(is_float):
-        fractional = _sparse(tf.stack([value if floating else tf.zeros_like(value, tf.float32)
-                                       for value, floating in zip(measured, is_float)], axis=1),
-                             mask & float_columns[None, :])
-        low = tf.where(float_columns, _exact_text(tft.min(fractional, reduce_instance_dims=False)), low)
-        high = tf.where(float_columns, _exact_text(tft.max(fractional, reduce_instance_dims=False)), high)
+        fractional = _sparse(real, mask & float_columns)
+        low = tf.where(float_columns[0], _exact_text(tft.min(fractional, reduce_instance_dims=False)), low)
+        high = tf.where(float_columns[0], _exact_text(tft.max(fractional, reduce_instance_dims=False)), high)
     moments = tf.stack([_exact_text(mean), _exact_text(std), low, high], axis=1)  # [N, 4]
-    tokens = [values.with_flat_values(tf.strings.join([prefix + column_stats.TOKEN_SEPARATOR, values.flat_values]))
-              for prefix, kind, values in entries if kind == LABELS]
-    tft.vocabulary(tf.concat(tokens, axis=1), store_frequency=True,
+    tft.vocabulary(inputs[column_stats.RAW_LABELS], store_frequency=True,
                    vocab_filename=column_stats.FREQUENCY_VOCABULARY)
     outputs = {}
-    for at, (prefix, _, _) in enumerate(entries):
+    prefixes = [column_stats.LABEL_PREFIX] + [column_stats.raw_column(i) for i in range(len(spec.columns))]
+    for at, prefix in enumerate(prefixes):
         three = tf.stack([counts[at, 0], images - counts[at, 0], counts[at, 1]])
         outputs[column_stats.output_name(prefix, column_stats.COUNTS)] = tf.broadcast_to(three, [batch, 3])
         outputs[column_stats.output_name(prefix, column_stats.MOMENTS)] = tf.broadcast_to(moments[at], [batch, 4])
@@ -238,28 +218,20 @@ def column_preprocessing_fn(spec: FeatureSpec) -> Callable[[Mapping[str, Any]], 
 
     def analyse(inputs: Mapping[str, Any]) -> dict[str, tf.Tensor]:
         mean, std = _pixel_statistics(inputs[features.RAW_PIXEL_MOMENTS])
-        image_rows = inputs[column_stats.RAW_IMAGES]
-        batch = tf.shape(image_rows)[0]
         label = inputs[features.RAW_LABEL]
         if spec.multi_label:
-            labels = label
             label_id = tft.compute_and_apply_vocabulary(
-                labels, default_value=features.UNKNOWN_LABEL_ID, vocab_filename=features.LABEL_VOCABULARY)
+                label, default_value=features.UNKNOWN_LABEL_ID, vocab_filename=features.LABEL_VOCABULARY)
         else:
-            has_label = tf.strings.length(label) > 0
             label_id = tft.compute_and_apply_vocabulary(
-                label, default_value=features.UNKNOWN_LABEL_ID, weights=tf.cast(has_label, tf.float32),
-                vocab_filename=features.LABEL_VOCABULARY)
-            labels = tf.RaggedTensor.from_tensor(label[:, None], lengths=tf.cast(has_label, tf.int64))
-        entries = [(column_stats.LABEL_PREFIX, LABELS, labels)]
-        for index, column in enumerate(spec.columns):
-            kind = column.type if column.type in (INT, FLOAT, LABELS) else "length"
-            entries.append((column_stats.raw_column(index), kind, inputs[column_stats.raw_column(index)]))
+                label, default_value=features.UNKNOWN_LABEL_ID,
+                weights=tf.cast(tf.strings.length(label) > 0, tf.float32), vocab_filename=features.LABEL_VOCABULARY)
+        batch = tf.shape(inputs[column_stats.RAW_IMAGES])[0]
         return {
             features.TRANSFORMED_LABEL: label_id,
             features.TRANSFORMED_PIXEL_MEAN: tf.broadcast_to(tf.cast(mean, tf.float32), [batch, 3]),
             features.TRANSFORMED_PIXEL_STD: tf.broadcast_to(tf.cast(std, tf.float32), [batch, 3]),
-            **_statistics(entries, tft.sum(image_rows), batch),
+            **_statistics(spec, inputs, batch),
         }
 
     return analyse

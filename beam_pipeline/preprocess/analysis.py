@@ -8,7 +8,7 @@ from tensorflow_transform.tf_metadata import dataset_metadata
 from tfx_bsl.tfxio import tensor_adapter, tensor_to_arrow
 
 from tf_serving_input import column_stats, normalization
-from tf_serving_input.columns import FLOAT, INT, LABELS, FeatureSpec
+from tf_serving_input.columns import FeatureSpec
 from tf_serving_input.features import RAW_LABEL, RAW_PIXEL_MOMENTS
 from tf_serving_input.layout import OutputLayout
 
@@ -22,10 +22,6 @@ def tensor_adapter_config(spec=FeatureSpec()):
     return tensor_adapter.TensorAdapterConfig(converter.arrow_schema(), converter.tensor_representations())
 
 
-# The Arrow type of a kept column's analysed values, by type (`column_stats.analysis_value`): else a length.
-_ARROW_TYPES = {INT: pa.int64(), FLOAT: pa.float32(), LABELS: pa.large_binary()}
-
-
 def _lists(items, arrow_type):
     """Each row's items (a sequence per row) as one LargeList column."""
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
@@ -33,14 +29,19 @@ def _lists(items, arrow_type):
     return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array([v for row in items for v in row], arrow_type))
 
 
+def _matrix(rows, width, dtype):
+    """Rows of `width` numbers as one LargeList column of a dense [None, width] feature (as pixel_moments)."""
+    offsets = np.arange(len(rows) + 1, dtype=np.int64) * width
+    return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(np.asarray(rows, dtype).reshape(-1)))
+
+
 def to_record_batch(moments, labels, spec=FeatureSpec(), values=None):
     """Per-image pixel moments (int64 [7] each) and label bytes -> the Arrow RecordBatch TFT analyzes.
 
     Built straight from one NumPy buffer (the layout tfx_bsl's converter makes; a
-    test checks). A run that keeps columns (`spec`) also gives `values`: per row, the
-    kept columns' `column_stats.analysis_value`s in features.json's order, or None for a
-    row that is no image (a shard's moment totals); a multi-label run's `labels` are a
-    tuple of label bytes per row.
+    test checks). A run that keeps columns (`spec`) also gives `values`: per row, its
+    `column_stats.analysed` (None for a row that is no image: a shard's moment totals);
+    a multi-label run's `labels` are a tuple of label bytes per row.
     """
     values_array = np.asarray(moments, dtype=np.int64).reshape(-1)
     rows = len(labels)
@@ -53,12 +54,14 @@ def to_record_batch(moments, labels, spec=FeatureSpec(), values=None):
                                                      pa.array(labels, pa.large_binary()))
     columns = {RAW_PIXEL_MOMENTS: moments_column, RAW_LABEL: label_column}
     if spec != FeatureSpec():
-        images = [int(row is not None) for row in values]
-        columns[column_stats.RAW_IMAGES] = pa.LargeListArray.from_arrays(
-            pa.array(np.arange(rows + 1, dtype=np.int64)), pa.array(images, pa.int64()))
-        for index, column in enumerate(spec.columns):
-            items = [row[index] if row is not None else () for row in values]
-            columns[column_stats.raw_column(index)] = _lists(items, _ARROW_TYPES.get(column.type, pa.int64()))
+        width = 1 + len(spec.columns)
+        none = ([0] * width, [0] * width, [0] * width, [0.0] * width, [])
+        analysed = [row if row is not None else none for row in values]
+        columns[column_stats.RAW_IMAGES] = _matrix([[int(row is not None)] for row in values], 1, np.int64)
+        for at, name in enumerate((column_stats.RAW_PRESENT, column_stats.RAW_ITEMS, column_stats.RAW_WHOLE)):
+            columns[name] = _matrix([row[at] for row in analysed], width, np.int64)
+        columns[column_stats.RAW_REAL] = _matrix([row[3] for row in analysed], width, np.float32)
+        columns[column_stats.RAW_LABELS] = _lists([row[4] for row in analysed], pa.large_binary())
     names = sorted(columns)  # tfx_bsl orders the schema's fields by name.
     return pa.RecordBatch.from_arrays([columns[name] for name in names], names=names)
 
@@ -69,7 +72,7 @@ def raw_metadata(spec=FeatureSpec()):
 
 
 class AnalyzeAndSave(beam.PTransform):
-    """Arrow RecordBatches of {'pixel_moments', 'label'} (and, with kept columns, `images` and `column_<i>`)
+    """Arrow RecordBatches of {'pixel_moments', 'label'} (and, with kept columns, `images` and `column_*`)
     -> DIR/transform_fn, transformed_metadata, metadata.
 
     Arrow is TFT's fast input path (instance dicts are its slow one).

@@ -71,12 +71,12 @@ def _key(record):
 
 
 def _analysed(row, spec):
-    """(label, kept values) of a written row as the analysis gets them (`column_stats.analysis_value`)."""
+    """(label, kept values) of a written row as the analysis gets them (`column_stats.analysed`)."""
     if spec == FeatureSpec():
         return row.label.encode("utf-8"), None
-    label = tuple(label.encode("utf-8") for label in row.labels) if spec.multi_label else row.label.encode("utf-8")
-    values = dict(row.columns)
-    return label, tuple(column_stats.analysis_value(column, values.get(column.name)) for column in spec.columns)
+    labels = row.labels if spec.multi_label else ((row.label,) if row.label else ())
+    label = tuple(label.encode("utf-8") for label in labels) if spec.multi_label else row.label.encode("utf-8")
+    return label, column_stats.analysed(spec, labels, dict(row.columns))
 
 
 def statistics_batches(total_moments, rows, spec=FeatureSpec()):

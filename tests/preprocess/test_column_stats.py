@@ -42,16 +42,20 @@ def test_column_batches_match_tfx_bsl_layout():
         return tf.RaggedTensor.from_row_lengths(tf.constant([v for row in items for v in row], dtype),
                                                 tf.constant([len(row) for row in items], tf.int64))
 
+    # Per row [label, score, n, caption, tags, vec, objects, cls]; the first row is the shard's moment totals.
+    zeros = [0] * 8
     tensors = {"pixel_moments": tf.constant(np.stack([np.arange(7)] + [np.zeros(7, np.int64)] * 3), tf.int64),
                "label": ragged([(), (b"cat", b"dog"), (), ("é".encode(),)], tf.string),
                "images": tf.constant([0, 1, 1, 1], tf.int64),
-               "column_0": ragged([(), (0.5,), (), ()], tf.float32),
-               "column_1": ragged([(), (-3,), (), (2 ** 62,)], tf.int64),
-               "column_2": ragged([(), (3,), (), ()], tf.int64),  # A text's length.
-               "column_3": ragged([(), (b"x", b"y z"), (), (b"x",)], tf.string),
-               "column_4": ragged([(), (2,), (), ()], tf.int64),  # A list's length.
-               "column_5": ragged([(), (1,), (), ()], tf.int64),  # Boxes per image.
-               "column_6": ragged([(), (b"car",), (), ()], tf.string)}
+               "column_present": tf.constant([zeros, [1] * 8, zeros, [1, 0, 1, 0, 1, 0, 0, 0]], tf.int64),
+               # Labels, a value, a text's characters, a list's items:
+               "column_items": tf.constant([zeros, [2, 1, 1, 3, 2, 2, 1, 1], zeros, [1, 0, 1, 0, 1, 0, 0, 0]],
+                                           tf.int64),
+               "column_whole": tf.constant([zeros, [2, 0, -3, 3, 2, 2, 1, 1], zeros, [1, 0, 2 ** 62, 0, 1, 0, 0, 0]],
+                                           tf.int64),
+               "column_real": tf.constant([zeros, [0, 0.5, 0, 0, 0, 0, 0, 0], zeros, zeros], tf.float32),
+               "column_labels": ragged([(), (b"label:cat", b"label:dog", b"column_3:x", b"column_3:y z",
+                                             b"column_6:car"), (), ("label:é".encode(), b"column_3:x")], tf.string)}
     converter = tensor_to_arrow.TensorsToRecordBatchConverter(normalization.raw_batch_type_specs(SPEC))
     assert batch.equals(converter.convert(tensors))
     assert tensor_adapter_config(SPEC).arrow_schema.equals(batch.schema)
