@@ -147,8 +147,10 @@ def test_labels_boxes_and_multi_label_counts(columns_job, stats):
         return counts
 
     columns = stats["columns"]
+    assert {"\u200b", "x:y", "b\u202e", "c d"} <= set(frequencies("tags"))  # Kept by TFT, as they are.
     for name in ("tags", "cls"):
         assert dict(map(tuple, columns[name]["vocabulary"])) == frequencies(name)
+        assert "not_in_vocabulary" not in columns[name]
         assert columns[name]["items"] == sum(frequencies(name).values())
     counts = [len(row["objects"]) for row in written if row["objects"]]
     boxes = columns["objects"]
@@ -184,7 +186,8 @@ def test_summary_and_inspect_show_each_column(columns_job, stats, capsys):
     for line in ("column score", "column tags", "column objects", "column cls", 'column id,"é',
                  "labels per image", "label counts"):
         assert line in summary
-    assert "b\\u202e 1" in summary and "\u202e" not in summary  # A hostile label, escaped.
+    assert "b\\u202e 1" in summary and "\u202e" not in summary  # Hostile labels, escaped.
+    assert "\\u200b 1" in summary and "\u200b" not in summary
     assert inspect.run([columns_job.out]) == 0
     text = capsys.readouterr().out
     assert "column score: float:" in text and "label counts: " in text and "\u202e" not in text
