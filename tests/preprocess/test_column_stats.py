@@ -194,3 +194,15 @@ def test_summary_and_inspect_show_each_column(columns_job, stats, capsys):
     assert inspect.run([columns_job.out, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["column_statistics"] == stats
     assert column_stats.load_column_stats(columns_job.out) == stats["columns"]
+
+
+def test_a_run_keeping_no_column_has_the_graph_of_before_and_no_column_file(tiny_job):
+    import pathlib
+
+    import tensorflow_transform as tft
+
+    out = tiny_job[0]
+    assert set(tft.TFTransformOutput(out).transformed_feature_spec()) == {"label", "pixel_mean", "pixel_std"}
+    assert {path.name for path in (pathlib.Path(out) / "transform_fn" / "assets").iterdir()} == {"label"}
+    assert column_stats.read_document(out) is None and column_stats.load_column_stats(out) == {}
+    assert "column_statistics" not in inspect.summary({"config": {"preprocess": {}}}, columns=None)
