@@ -129,6 +129,66 @@ def tiny_job(tmp_path_factory):
     return str(out), folder, rows
 
 
+@dataclasses.dataclass(frozen=True)
+class ColumnsJob:
+    """`columns_job`: the run's folder, its summary (stdout), its FeatureSpec, and the train rows it wrote (each
+    a dict of the CSV's typed values: None when missing; `label` a tuple of labels)."""
+
+    out: str
+    stdout: str
+    spec: object
+    train_written: list
+
+    @property
+    def out_path(self):
+        return pathlib.Path(self.out)
+
+
+@pytest.fixture(scope="session")
+def columns_job(tmp_path_factory):
+    """A finished job that keeps columns (issue 52), made in this process (8 px, one shard a split): a float,
+    labels, boxes with their classes, an int with a hostile name (`id,"é`), and a multi-label label; one row
+    with a bad cell, one missing file, a validation row. Read-only: copy it before changing anything."""
+    import imaging
+    import in_process
+    from beam_pipeline.preprocess.options import parse_args
+
+    folder = tmp_path_factory.mktemp("columns_job")
+    header = ["path", "label", "split", "score", "tags", "objects", "cls", 'id,"é']
+    cells = [
+        ["i0.png", "cat|dog", "train", "0.5", "a|b", "[[0,0,1,1],[0.1,0.1,0.2,0.2]]", "car|person", "1"],
+        ["i1.png", "dog", "train", "", "a", "", "", "2"],
+        ["i2.png", "", "train", "1e3", "b\u202e|c d", "0 0 1 1", "car", ""],
+        ["i3.png", "cat", "validation", "7", "z", "", "", "5"],
+        ["i4.png", "cat|x y", "train", "-2.25", "", "[[0,0,0.5,0.5]]", "car", "9007199254740993"],
+        # A label of a zero-width space alone (not whitespace to strip: TFT keeps it), one holding the ':' that
+        # joins a column's index to its labels in the graph's vocabulary.
+        ["i5.png", "cat", "train", "0.1", "a|\u200b|x:y", "", "", "-3"],
+        ["missing.png", "cat", "train", "0.1", "a", "", "", "-3"],
+        ["i6.png", "cat", "train", "abc", "a", "", "", "-3"],  # A bad float: the row fails as bad_value.
+    ]
+    for i in range(7):
+        (folder / f"i{i}.png").write_bytes(imaging.encode(imaging.solid((30 * i, 20, 30), 8, 8), "PNG"))
+    imaging.write_csv(folder / "in.csv", header, cells)
+    argv = ["--input_csv", str(folder / "in.csv"), "--output_dir", str(folder / "out"), "--image_size", "8",
+            "--num_shards", "1", "--no_progress", "--max_error_rate", "0.5", "--column", "score:float",
+            "--column", "tags:labels", "--column", "objects:boxes", "--column", "cls:labels",
+            "--box_class_column", "cls", "--column", "label:labels", "--column", 'id,"é:int']
+    done = in_process.run_module("beam_pipeline", *argv)
+    assert done.returncode == 0, done.stderr
+    spec = parse_args(argv)[0].features
+
+    def typed(row):
+        split = lambda cell: tuple(cell.split("|")) if cell else None  # noqa: E731
+        boxes = {"[[0,0,1,1],[0.1,0.1,0.2,0.2]]": 2, "0 0 1 1": 1, "[[0,0,0.5,0.5]]": 1}
+        return {"score": float(row[3]) if row[3] else None, "tags": split(row[4]),
+                "objects": (None,) * boxes[row[5]] if row[5] else None, "cls": split(row[6]),
+                "id": int(row[7]) if row[7] else None, "label": split(row[1])}
+
+    written = [typed(row) for row in cells if row[2] == "train" and (folder / row[0]).exists() and row[3] != "abc"]
+    return ColumnsJob(str(folder / "out"), done.stdout, spec, written)
+
+
 @pytest.fixture(scope="session")
 def tiny_raw_job(tiny_job):
     """tiny_job's images through the job again with the default (raw) storage, as a multi-label run (its `tags`

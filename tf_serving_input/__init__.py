@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # Never at run time: TensorFlow must load after the allocator setting below. (What mypy sees of
     # the names `__getattr__` imports; ruff cannot read `__all__` built from a dict, hence the noqa.)
     from tf_serving_input.codecs import CODECS, StorageCodec, parse_record, parse_records  # noqa: F401
+    from tf_serving_input.column_stats import load_column_stats  # noqa: F401
     from tf_serving_input.failures import REASONS, RowFailure  # noqa: F401
     from tf_serving_input.features import PreprocessConfig, load_preprocess_config  # noqa: F401
     from tf_serving_input.formats import sniff  # noqa: F401
@@ -46,7 +47,7 @@ _MODULE_OF = {
     "export_serving_model": "serving", "read_export_info": "serving", "ExportInfo": "serving",
     "rest_request_body": "serving", "rest_instances_to_inputs": "serving",
     "normalize_images": "normalization", "read_statistics": "normalization", "pixel_moments": "normalization",
-    "preprocessing_fn": "normalization",
+    "preprocessing_fn": "normalization", "load_column_stats": "column_stats",
     "preprocess_image": "preprocessing", "decode_image": "preprocessing", "resize_image": "preprocessing",
     "PreprocessConfig": "features", "load_preprocess_config": "features",
     "OutputLayout": "layout", "PredictionLayout": "layout", "QualityLayout": "layout",

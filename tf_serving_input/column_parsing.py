@@ -31,12 +31,10 @@ from tf_serving_input.columns import (
     TEXT,
     ColumnError,
     FeatureSpec,
-    statistic_name,
-    vocabulary_name,
 )
 
-__all__ = ["DTYPES", "boxes", "load_feature_spec", "multi_hot", "numbers", "parse_spec", "ragged", "statistic_name",
-           "texts", "vocabulary_name", "zscore"]
+__all__ = ["DTYPES", "boxes", "load_feature_spec", "multi_hot", "numbers", "parse_spec", "ragged",
+           "texts", "zscore"]
 from tf_serving_input.layout import OutputLayout, read_text
 
 DTYPES = {INT: tf.int64, FLOAT: tf.float32, TEXT: tf.string, LABELS: tf.string, FLOATS: tf.float32,

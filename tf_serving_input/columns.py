@@ -27,9 +27,7 @@ classes under `image/object/class/text`. Pure Python: no TensorFlow, no Beam.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
@@ -173,24 +171,3 @@ LABELS_JOINED_BY = "|"
 def joined_labels(labels: Iterable[str]) -> str:
     """A record's labels (`label/text`'s values) as one text: 'cat|dog', 'cat', or '' (none)."""
     return LABELS_JOINED_BY.join(labels)
-
-
-# The statistics a numeric column's z-score reads from the saved transform graph (issue 52, item 4):
-# tensorflow-transform outputs named statistic_name(NAME, "mean") and statistic_name(NAME, "std").
-MEAN, STD = "mean", "std"
-
-
-def statistic_name(name: str, statistic: str) -> str:
-    """The transform graph's output holding a column's statistic: `column/NAME/mean`, `column/NAME/std`."""
-    return f"{COLUMN_PREFIX}{name}/{statistic}"
-
-
-def vocabulary_name(name: str) -> str:
-    """The name of a `labels` column's vocabulary in the transform graph (TFT's `vocab_filename`).
-
-    A file name on every filesystem: the column's name with every character but [A-Za-z0-9_.-] made '_',
-    cut to 40, then 12 hex digits of its SHA-256, so that two names never share a file
-    ('a b' -> 'column_a_b_…', 'a_b' -> another).
-    """
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:40]
-    return f"column_{safe}_{hashlib.sha256(name.encode('utf-8')).hexdigest()[:12]}"

@@ -68,7 +68,8 @@ def read_text(path: str) -> str:
         return f.read()
 
 
-def _exists(path: str) -> bool:
+def exists(path: str) -> bool:
+    """Whether a file is there: locally with os.path, elsewhere with TensorFlow's gfile."""
     if is_local(path):
         import os
 
@@ -169,7 +170,7 @@ class RunFolder:
 
     def load_manifest(self) -> dict[str, Any]:
         """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
-        if not _exists(self.manifest_file):
+        if not exists(self.manifest_file):
             raise FileNotFoundError(f"{self.manifest_file} not found: is {self.root} the --output_dir of a "
                                     "finished run?")
         return json.loads(read_text(self.manifest_file))
@@ -195,6 +196,9 @@ class OutputLayout(RunFolder):
         """features.json: the kept columns and their keys, for the reader and any Example parser."""
         return self.path(self.FEATURES_FILE)
 
+    # The kept columns' statistics over the train split (tf_serving_input/column_stats.py), when it keeps any.
+    COLUMN_STATS_FILE = "column_stats.json"
+
     @property
     def raw_metadata_dir(self) -> str:
         """The raw schema tensorflow-transform's `raw_feature_spec()` reads."""
@@ -204,6 +208,11 @@ class OutputLayout(RunFolder):
     def tft_temp_dir(self) -> str:
         """tensorflow-transform's temporary folder when no --temp_location is given."""
         return self.path(self.TFT_TEMP_DIR)
+
+    @property
+    def column_stats_file(self) -> str:
+        """The kept columns' statistics (train split), read without TensorFlow: `column_stats.load_column_stats`."""
+        return self.path(self.COLUMN_STATS_FILE)
 
     @property
     def index_file(self) -> str:
@@ -221,7 +230,7 @@ class OutputLayout(RunFolder):
         run removes the image index too (not in `kept_on_resume`), which the next UI start builds again."""
         return (cls.DATA_DIR, cls.STATUS_DIR, cls.TRANSFORM_FN_DIR, cls.TRANSFORMED_METADATA_DIR,
                 cls.RAW_METADATA_DIR, cls.MANIFEST_FILE, cls.ERRORS_FILE, cls.RUN_FILE, cls.TFT_TEMP_DIR,
-                cls.INDEX_FILE, cls.INDEX_RECORD_FILE, cls.FEATURES_FILE)
+                cls.INDEX_FILE, cls.INDEX_RECORD_FILE, cls.FEATURES_FILE, cls.COLUMN_STATS_FILE)
 
     @classmethod
     def kept_on_resume(cls) -> tuple[str, ...]:

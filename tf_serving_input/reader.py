@@ -28,7 +28,8 @@ import tensorflow_transform as tft
 
 from tf_serving_input import column_parsing, features
 from tf_serving_input.codecs import codec_for, parse_record, parse_records
-from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, MEAN, STD, TEXT, Column, FeatureSpec
+from tf_serving_input.column_stats import load_column_stats
+from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Column, FeatureSpec
 from tf_serving_input.features import PreprocessConfig
 from tf_serving_input.layout import OutputLayout
 from tf_serving_input.machine import available_memory_bytes
@@ -161,11 +162,11 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
         is (images, dict): "label" (int64 ids [B] as without `columns`; in a multi-label run multi-hot
         float32 [B, V] over the label vocabulary) and each named column: `int`/`float` float32 [B] (NaN
         where missing), `text` string [B] ('' where missing), `labels` multi-hot float32 [B, V] over its
-        vocabulary in the transform graph (the boxes' classes: their texts, ragged [B, None]), `floats`
+        vocabulary in the run's statistics (the boxes' classes: their texts, ragged [B, None]), `floats`
         float32 ragged [B, None], `boxes` float32 ragged [B, None, 4] (xmin, ymin, xmax, ymax).
       zscore: numeric columns of `columns` to standardize per batch, (x - mean) / std
         (`column_parsing.zscore`), with the mean and std of `column_statistics` or, for a column it
-        lacks, of the run's saved statistics (the transform graph's `column/NAME/mean` and `column/NAME/std`).
+        lacks, of the run's saved statistics (column_stats.json: `column_stats.load_column_stats`).
       column_statistics: {NAME: (mean, std)} for `zscore`, e.g. your own training set's.
 
     Labels are ids in the job's label vocabulary; unlabeled or unknown labels
@@ -181,7 +182,7 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
     # A multi-label run's labels are multi-hot, with or without `columns`; a single-label run without `columns`
     # is read as it always was.
     kept = None if columns is None and not spec.multi_label else _ColumnReader(
-        spec, transform_output, columns, zscore, column_statistics or {})
+        spec, transform_output, columns, zscore, column_statistics or {}, output_dir)
     mean, std, _ = read_statistics(output_dir, transform_output)
     mean, std = tf.constant(mean, tf.float32), tf.constant(std, tf.float32)
     vocabulary_file = transform_output.vocabulary_file_by_name(features.LABEL_VOCABULARY)
@@ -293,7 +294,7 @@ class _ColumnReader:
     """The kept columns `make_dataset(columns=...)` reads: their parse spec and a batch's tensors."""
 
     def __init__(self, spec: FeatureSpec, transform_output: tft.TFTransformOutput, names: Sequence[str] | None,
-                 zscore: Sequence[str], statistics: Mapping[str, tuple[float, float]]) -> None:
+                 zscore: Sequence[str], statistics: Mapping[str, tuple[float, float]], output_dir: str) -> None:
         self.label_only = names is None  # A multi-label run read without `columns`: (images, multi-hot labels).
         names = () if names is None else names
         if isinstance(names, str):
@@ -311,12 +312,17 @@ class _ColumnReader:
         self.parsing: dict[str, Any] = dict(_LABEL_SPEC)
         self.parsing.update(column_parsing.parse_spec(FeatureSpec(chosen, spec.multi_label)))
         self._label_size = transform_output.vocabulary_size_by_name(features.LABEL_VOCABULARY)
+        # The run's column statistics (column_stats.json, saved from the transform graph): the z-scores' mean and
+        # std, a labels column's vocabulary. Read only when a chosen column needs them.
+        needs_saved = any(column.type == LABELS and not column.box_classes for column in chosen) or any(
+            name not in statistics for name in zscore)
+        saved = load_column_stats(output_dir) if needs_saved else {}
         self._readers: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
-            (column.name, self._reader(column, transform_output)) for column in chosen]
-        self._moments = {name: statistics[name] if name in statistics else saved_moments(transform_output, name)
+            (column.name, self._reader(column, saved)) for column in chosen]
+        self._moments = {name: statistics[name] if name in statistics else saved_moments(saved, name)
                          for name in zscore}
 
-    def _reader(self, column: Column, transform_output: tft.TFTransformOutput) -> Callable[[dict[str, Any]], Any]:
+    def _reader(self, column: Column, saved: Mapping[str, Any]) -> Callable[[dict[str, Any]], Any]:
         keys = column.keys
         if column.type == BOXES:
             return lambda parsed: column_parsing.boxes(*(parsed[key] for key in keys))
@@ -332,7 +338,7 @@ class _ColumnReader:
             return lambda parsed: column_parsing.texts(parsed[key])
         if column.type == FLOATS or (column.type == LABELS and column.box_classes):
             return lambda parsed: column_parsing.ragged(parsed[key])
-        table, size = column_vocabulary(transform_output, column)
+        table, size = column_vocabulary(saved, column)
         return lambda parsed: column_parsing.multi_hot(parsed[key], table, size)
 
     def batch_columns(self, parsed: dict[str, Any], labels_table: tf.lookup.StaticHashTable) -> dict[str, Any]:
@@ -346,42 +352,25 @@ class _ColumnReader:
         return out
 
 
-def column_vocabulary(transform_output: tft.TFTransformOutput, column: Column
-                      ) -> tuple[tf.lookup.StaticHashTable, int]:
-    """(label -> id table, size) of a `labels` column's vocabulary in the transform graph
-    (`columns.vocabulary_name`); ValueError naming the column when the run's statistics have none."""
-    name = column_parsing.vocabulary_name(column.name)
-    try:
-        vocabulary_file = transform_output.vocabulary_file_by_name(name)
-        size = transform_output.vocabulary_size_by_name(name)
-    except (ValueError, KeyError, tf.errors.NotFoundError):
-        raise ValueError(f"the run's statistics hold no vocabulary of the labels column {column.name!r} "
-                         f"(expected {name!r} in its transform graph)") from None
+def column_vocabulary(saved: Mapping[str, Any], column: Column) -> tuple[tf.lookup.StaticHashTable, int]:
+    """(label -> id table, size) of a `labels` column's vocabulary as the run's statistics saved it
+    (`column_stats.json`: most frequent first, ids in that order); ValueError naming the column when they have none."""
+    vocabulary = (saved.get(column.name) or {}).get("vocabulary")
+    if not vocabulary:
+        raise ValueError(f"the run's statistics (column_stats.json) hold no vocabulary of the labels column "
+                         f"{column.name!r}: it has no label in the train split")
+    labels = [label for label, _ in vocabulary]
     table = tf.lookup.StaticHashTable(
-        tf.lookup.TextFileInitializer(vocabulary_file, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
-                                      tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER),
+        tf.lookup.KeyValueTensorInitializer(tf.constant(labels, tf.string), tf.range(len(labels), dtype=tf.int64)),
         default_value=features.UNKNOWN_LABEL_ID)
-    return table, size
+    return table, len(labels)
 
 
-def saved_moments(transform_output: tft.TFTransformOutput, name: str) -> tuple[float, float]:
-    """(mean, std) of a numeric column as the run's transform graph holds them: its outputs
-    `column/NAME/mean` and `column/NAME/std` (`columns.statistic_name`), read once with an empty probe.
-    ValueError naming the column when the graph has none (give `column_statistics` then)."""
-    mean_key, std_key = (column_parsing.statistic_name(name, which) for which in (MEAN, STD))
-    if not {mean_key, std_key} <= set(transform_output.transformed_feature_spec()):
-        raise ValueError(f"the run's statistics hold no mean and std of column {name!r} (outputs {mean_key!r}, "
-                         f"{std_key!r}): pass column_statistics={{{name!r}: (mean, std)}}")
-    outputs = transform_output.transform_raw_features(_probe(transform_output.raw_feature_spec()))
-    return float(tf.reshape(outputs[mean_key], [-1])[0]), float(tf.reshape(outputs[std_key], [-1])[0])
-
-
-def _probe(raw_spec: Mapping[str, Any]) -> dict[str, Any]:
-    """One row of zeros (or no values) for every raw feature: enough to read the graph's constants."""
-    probe: dict[str, Any] = {}
-    for key, spec in raw_spec.items():
-        if isinstance(spec, tf.io.FixedLenFeature):
-            probe[key] = tf.zeros([1, *spec.shape], spec.dtype)
-        else:
-            probe[key] = tf.SparseTensor(tf.zeros([0, 2], tf.int64), tf.zeros([0], spec.dtype), [1, 0])
-    return probe
+def saved_moments(saved: Mapping[str, Any], name: str) -> tuple[float, float]:
+    """(mean, std) of a numeric column as the run's statistics saved them (column_stats.json, over the train
+    split). ValueError naming the column when they have none (give `column_statistics` then)."""
+    entry = saved.get(name) or {}
+    if entry.get("mean") is None or entry.get("std") is None:
+        raise ValueError(f"the run's statistics hold no mean and std of column {name!r} (no train image has a "
+                         f"value): pass column_statistics={{{name!r}: (mean, std)}}")
+    return float(entry["mean"]), float(entry["std"])

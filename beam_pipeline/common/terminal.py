@@ -79,6 +79,18 @@ def shown_list(items: list[str], width: int = PATH_WIDTH, item_width: int = 24) 
     return line
 
 
+def shown_counts(items: list[tuple[str, int]], width: int = PATH_WIDTH, item_width: int = 24) -> str:
+    """(text, count) pairs (labels and how often each was seen) as one terminal line, `shown_list`'s way:
+    `cat 3, "a, b" 2, ...`."""
+    line = ""
+    for i, (item, count) in enumerate(items):
+        piece = (", " if i else "") + f"{_list_item(item, item_width)} {count}"
+        if len(line) + len(piece) > width - len(", ..."):
+            return line + (", ..." if line else ELLIPSIS)
+        line += piece
+    return line
+
+
 def print_json(value: Any) -> None:
     """One JSON document on stdout, for programs (`--format json`): full text, non-ASCII as is."""
     result(json.dumps(value, ensure_ascii=False, default=str))

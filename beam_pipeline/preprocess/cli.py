@@ -125,6 +125,21 @@ def list_summary_rows(csv_summary):
     return lines
 
 
+def write_column_statistics(job, layout, transform_output=None):
+    """A run that keeps columns: their statistics read from the transform graph into column_stats.json (before
+    the manifest, which comes last); returns them. None for a run that keeps none (no file)."""
+    from beam_pipeline.common.files import write_json
+    from tf_serving_input.columns import FeatureSpec
+
+    if job.features == FeatureSpec():
+        return None
+    from tf_serving_input.normalization import read_column_statistics
+
+    document = read_column_statistics(job.output_dir, job.features, transform_output)
+    write_json(layout.column_stats_file, document)
+    return document
+
+
 def _tft_temp_dir(layout, pipeline_options):
     from apache_beam.options.pipeline_options import GoogleCloudOptions
 
@@ -184,7 +199,7 @@ class PreprocessLauncher(Launcher):
 
         from beam_pipeline.common import report
         from beam_pipeline.inputs.rows import all_shard_keys, shard_counts_for
-        from beam_pipeline.preprocess import step_timing
+        from beam_pipeline.preprocess import column_report, step_timing
         from beam_pipeline.preprocess.pipeline import build_pipeline
         from tf_serving_input.layout import shard_name
 
@@ -212,7 +227,11 @@ class PreprocessLauncher(Launcher):
         if statuses is None:
             return 1
         step.now(f"writing the manifest to {layout.root}")
-        statistics = read_statistics(job.output_dir)
+        import tensorflow_transform as tft
+
+        transform_output = tft.TFTransformOutput(job.output_dir)  # Loaded once, for both.
+        statistics = read_statistics(job.output_dir, transform_output)
+        columns = write_column_statistics(job, layout, transform_output)
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
@@ -228,6 +247,7 @@ class PreprocessLauncher(Launcher):
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
         terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary)
+                                              + column_report.summary_rows(columns)
                                               + step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)
 

@@ -12,8 +12,9 @@ import sys
 
 from beam_pipeline.common import flags, terminal
 from beam_pipeline.common.contact_sheet import render_contact_sheet
-from beam_pipeline.preprocess import step_timing
+from beam_pipeline.preprocess import column_report, step_timing
 from tf_serving_input import features
+from tf_serving_input.column_stats import read_document
 from tf_serving_input.columns import joined_labels
 from tf_serving_input.layout import OutputLayout
 
@@ -40,8 +41,9 @@ def sample_records(output_dir, manifest, count, split=None):
     return samples
 
 
-def format_report(manifest):
-    """The manifest summary and statistics as text for a terminal (labels escaped and cut: `terminal.shown`)."""
+def format_report(manifest, columns=None):
+    """The manifest summary and statistics as text for a terminal (labels escaped and cut: `terminal.shown`);
+    `columns`: the run's column statistics (`column_stats.read_document`), a line a kept column."""
     stats = manifest["statistics"]
     lines = [
         f"rows {manifest['rows']}, written {manifest['written']}, failed {manifest['failed']}",
@@ -57,6 +59,7 @@ def format_report(manifest):
     for step in manifest["config"].get("image_steps", ()):  # Shown, never loaded (docs/steps.md).
         spec = terminal.shown(step["spec"], terminal.PATH_WIDTH)
         lines.append(f"image step {step['position'] + 1}: {spec} ({step['kind']}, SHA-256 {step['sha256'][:12]}...)")
+    lines += [f"{name}: {value}" for name, value in column_report.summary_rows(columns)]  # Train split's.
     lines += [f"{name}: {value}" for name, value in step_timing.summary_rows(manifest)]  # Each step's time.
     for reason, count in manifest["failed_by_reason"].items():
         lines.append(f"failed: {reason}: {count}")
@@ -85,9 +88,12 @@ SUMMARY_FIELDS = ("rows", "written", "failed", "splits", "failed_by_reason", "st
                   "images_per_second", "runner")
 
 
-def summary(manifest, contact_sheet=None, samples=None):
-    """The summary for programs (`--format json`): the manifest's counts and statistics, full text."""
+def summary(manifest, contact_sheet=None, samples=None, columns=None):
+    """The summary for programs (`--format json`): the manifest's counts and statistics, full text; with kept
+    columns, `column_statistics`: column_stats.json as it is."""
     document = {name: manifest.get(name) for name in SUMMARY_FIELDS}
+    if columns is not None:
+        document["column_statistics"] = columns
     if step_timing.MANIFEST_KEY in manifest:  # A run with a Python step: each step's time per image.
         document[step_timing.MANIFEST_KEY] = manifest[step_timing.MANIFEST_KEY]
     document["config"] = manifest["config"]["preprocess"]
@@ -106,7 +112,8 @@ def build_parser(prog=PROG):
     parser.add_argument("--split", default=None, help="Only sample this split (default: all).")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text: a summary for people; json: one JSON object on stdout for programs (counts, "
-                             "splits, failures by reason, statistics, config; the full label text).")
+                             "splits, failures by reason, statistics, the kept columns' statistics, config; the "
+                             "full label text).")
     flags.add_verbose_flag(parser)
     return parser
 
@@ -123,14 +130,15 @@ def run(argv=None, prog=PROG):
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
+    columns = read_document(args.output_dir)
     if args.format == "text":
-        terminal.result(format_report(manifest))
+        terminal.result(format_report(manifest, columns))
     samples = []
     if args.contact_sheet:
         samples = sample_records(args.output_dir, manifest, args.samples, args.split)
         render_contact_sheet(samples, args.contact_sheet)
     if args.format == "json":
-        terminal.print_json(summary(manifest, args.contact_sheet, len(samples)))
+        terminal.print_json(summary(manifest, args.contact_sheet, len(samples), columns))
     elif args.contact_sheet:
         sheet = terminal.shown(args.contact_sheet, terminal.PATH_WIDTH)
         terminal.result(f"contact sheet: {sheet} ({len(samples)} images)")

@@ -20,6 +20,7 @@ def build_pipeline(pipeline, job, shard_counts, temp_dir):
                      fetch_config=job.fetch, retry_failed=job.retry_failed, steps=job.steps,
                      step_timeout=job.step_timeout, features=job.features)
     ).with_outputs(STATS_TAG, main="status")
-    # status: shard status dict; stats: RecordBatches of {'pixel_moments': int64 [7], 'label': bytes}
-    _ = written[STATS_TAG] | "Statistics" >> AnalyzeAndSave(job.output_dir, temp_dir)
+    # status: shard status dict; stats: RecordBatches of {'pixel_moments': int64 [7], 'label': bytes} (and, with
+    # kept columns, 'images' and each column's values: normalization.raw_batch_type_specs)
+    _ = written[STATS_TAG] | "Statistics" >> AnalyzeAndSave(job.output_dir, temp_dir, job.features)
     return written.status

@@ -4,7 +4,7 @@ One call handles one shard, so pixels never leave the worker that decoded
 them. The work is done by `RowPreprocessor` (rows -> records, no Beam) and
 `ShardFileWriter` (file, checksum, publishing, status); this DoFn wires them
 and emits, through a tagged output, 7 integers per shard and a label per image
-for tensorflow-transform's analysis. A bad row never raises: it is recorded,
+(with kept columns, their values too) for tensorflow-transform's analysis. A bad row never raises: it is recorded,
 with its reason, in the shard's status file.
 
 What this run fetched (URL rows requested, bytes) is counted in Beam metrics,
@@ -33,7 +33,8 @@ from beam_pipeline.preprocess import step_timing
 from beam_pipeline.preprocess.analysis import DESIRED_BATCH_SIZE, to_record_batch
 from beam_pipeline.preprocess.row_order import InRowOrder
 from beam_pipeline.preprocess.row_preprocessor import BYTES_PER_CALL, ROWS_PER_CALL, RowPreprocessor, Written
-from tf_serving_input import failures, features
+from tf_serving_input import column_stats, failures, features
+from tf_serving_input.columns import FeatureSpec
 from tf_serving_input.features import PIXEL_MOMENTS as MOMENTS
 from tf_serving_input.layout import OutputLayout, shard_name
 
@@ -65,21 +66,29 @@ def _features(record):
     return parse_example(record).features.feature
 
 
-def _label(record):
-    return _features(record)[features.LABEL_TEXT].bytes_list.value[0]
-
-
 def _key(record):
     return _features(record)[features.IMAGE_KEY].bytes_list.value[0].decode("utf-8")
 
 
-def statistics_batches(total_moments, labels):
-    """A shard's RecordBatches for TFT: one row with its moment totals (label ''), one per image's label."""
-    rows = [(np.asarray(total_moments, np.int64), b"")] + [(np.zeros(MOMENTS, np.int64), label)
-                                                           for label in labels]
-    for start in range(0, len(rows), DESIRED_BATCH_SIZE):
-        batch = rows[start:start + DESIRED_BATCH_SIZE]
-        yield to_record_batch([moments for moments, _ in batch], [label for _, label in batch])
+def _analysed(row, spec):
+    """(label, kept values) of a written row as the analysis gets them (`column_stats.analysed`)."""
+    if spec == FeatureSpec():
+        return row.label.encode("utf-8"), None
+    labels = row.labels if spec.multi_label else ((row.label,) if row.label else ())
+    label = tuple(label.encode("utf-8") for label in labels) if spec.multi_label else row.label.encode("utf-8")
+    return label, column_stats.analysed(spec, labels, dict(row.columns))
+
+
+def statistics_batches(total_moments, rows, spec=FeatureSpec()):
+    """A shard's RecordBatches for TFT: one row with its moment totals (no label, no image), then one per written
+    row: its label (every label of a multi-label row) and, with kept columns (`spec`), their values."""
+    empty = () if spec.multi_label else b""
+    entries = [(np.asarray(total_moments, np.int64), empty, None)]
+    entries += [(np.zeros(MOMENTS, np.int64), *_analysed(row, spec)) for row in rows]
+    for start in range(0, len(entries), DESIRED_BATCH_SIZE):
+        batch = entries[start:start + DESIRED_BATCH_SIZE]
+        yield to_record_batch([moments for moments, _, _ in batch], [label for _, label, _ in batch], spec,
+                              [values for _, _, values in batch] if spec != FeatureSpec() else None)
 
 
 def _with_fields(outcome, fields):
@@ -102,11 +111,13 @@ class WriteShardFn(beam.DoFn):
 
     def __init__(self, output_dir, preprocess_config, shard_counts, max_file_bytes=csv_source.DEFAULT_MAX_FILE_BYTES,
                  stats_split=csv_source.DEFAULT_SPLIT, fetch_config=None, retry_failed=False, steps=(),
-                 step_timeout=None, features=None):
+                 step_timeout=None, features=FeatureSpec()):
         self._layout = OutputLayout(output_dir)
         self._steps = tuple(steps)  # StepRecords: each worker loads them (SHA-256 checked) in setup.
         self._step_timeout = step_timeout
-        self._features = features  # The kept columns (tf_serving_input.columns.FeatureSpec): what each record holds.
+        # The kept columns (tf_serving_input.columns.FeatureSpec): what each record holds, and what goes to the
+        # statistics.
+        self._features = features
         self._config = preprocess_config
         self._shard_counts = dict(shard_counts)
         self._max_file_bytes = max_file_bytes
@@ -168,14 +179,14 @@ class WriteShardFn(beam.DoFn):
             finished = self._retry(name, rows, *finished)
         if finished is not None:  # An earlier run wrote it: keep the file, re-emit from its status.
             status, data = finished
-            # A multi-label record holds 0..n labels (none: no label/text); the fresh path's row.label is then ''.
-            multi_label = self._features is not None and self._features.multi_label
-            labels = [b"" if multi_label else _label(record) for record in iter_records(data)]
+            # The rows its records hold (the same CSV: the run's fingerprint), for their labels and kept values.
+            row_of = {row.key: row for row in rows}
+            written = [row_of[_key(record)] for record in iter_records(data)]
             status = dict(status, resumed=True)
         else:
-            status, labels = self._write(split, shard_index, name, rows)
+            status, written = self._write(split, shard_index, name, rows)
         if split == self._stats_split:
-            for batch in statistics_batches(status["pixel_moments"], labels):
+            for batch in statistics_batches(status["pixel_moments"], written, self._features):
                 yield beam.pvalue.TaggedOutput(STATS_TAG, batch)
         self._shards.inc()
         yield status
@@ -224,14 +235,14 @@ class WriteShardFn(beam.DoFn):
     def _write(self, split, shard_index, name, rows):
         started = time.time()
         self._preprocessor.take_step_times()  # This shard's times only.
-        failed, labels, fetched = [], [], {}
+        failed, written, fetched = [], [], {}
         moments = np.zeros(MOMENTS, np.int64)
         with ShardFileWriter(self._layout, name) as shard:
             for row, outcome in self._outcomes(rows, fetched):
                 if isinstance(outcome, Written):
                     shard.write_record(outcome.record)
                     moments += outcome.moments
-                    labels.append(row.label.encode("utf-8"))
+                    written.append(row)
                 else:  # Any per-row failure is recorded, never raised.
                     failed.append(failure_record(row, outcome))
             step_times = self._preprocessor.take_step_times()
@@ -241,4 +252,4 @@ class WriteShardFn(beam.DoFn):
                 "started": round(started, 3), "seconds": round(time.time() - started, 3),
                 "worker_pid": os.getpid(), **({"fetch": fetched} if fetched else {}),
                 **({step_timing.STATUS_KEY: step_times} if step_times else {})})
-        return dict(status, resumed=False), labels
+        return dict(status, resumed=False), written

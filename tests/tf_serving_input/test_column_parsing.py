@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tf_serving_input import column_parsing
-from tf_serving_input.columns import Column, ColumnError, FeatureSpec, vocabulary_name
+from tf_serving_input.columns import Column, ColumnError, FeatureSpec
 
 
 def sparse(rows, dtype):
@@ -59,12 +59,6 @@ def test_parse_spec_has_every_key_and_the_label_of_a_multi_label_run():
                               "label/text"]
     assert parsed["column/n"].dtype == tf.int64 and parsed["image/object/bbox/xmin"].dtype == tf.float32
     assert "label/text" not in column_parsing.parse_spec(FeatureSpec((Column("n", "int"),)))
-
-
-def test_a_vocabulary_name_is_a_safe_file_name_and_never_shared():
-    names = {vocabulary_name(name) for name in ("a b", "a_b", "A b", "../x", "\u00e9t\u00e9", "x" * 64)}
-    assert len(names) == 6 and all(name.startswith("column_") and "/" not in name for name in names)
-    assert vocabulary_name("tags") == vocabulary_name("tags")
 
 
 def _run(tmp_path, recorded, written):
