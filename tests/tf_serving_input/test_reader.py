@@ -125,10 +125,14 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
 
     from tf_serving_input.column_parsing import load_feature_spec
 
+    from tf_serving_input.column_stats import load_column_stats
+
     out = tiny_job[0]
     assert [c.name for c in load_feature_spec(out).columns] == ["caption", "tags", "score", "count", "emb",
                                                                 "objects", "classes"]
-    names = ["caption", "score", "count", "emb", "objects", "classes"]  # "tags": its vocabulary is the stats'.
+    saved = load_column_stats(out)
+    tags = [label for label, _ in saved["tags"]["vocabulary"]]
+    names = ["caption", "tags", "score", "count", "emb", "objects", "classes"]
     dataset = make_dataset(out, "train", batch_size=4, training=False, columns=names + ["score"])
     plain = [y.numpy() for _, y in make_dataset(out, "train", batch_size=4, training=False)]
     examples = _records(out)
@@ -153,6 +157,9 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
                                            for k in ("xmin", "ymin", "xmax", "ymax")))]
             assert [c.decode() for c in columns["classes"][i].numpy()] == [
                 c.decode() for c in feature["image/object/class/text"].bytes_list.value]
+            # Multi-hot in the order of the vocabulary the job's statistics saved (column_stats.json).
+            hot = [tags[j] for j in np.flatnonzero(columns["tags"].numpy()[i])]
+            assert sorted(hot) == sorted(v.decode() for v in feature["column/tags"].bytes_list.value)
             seen += 1
     assert seen == 9
     # Z-scored per batch; through the cache (sparse values kept decoded) too.
@@ -165,8 +172,11 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
     assert [columns["objects"].shape[0] for _, columns in training] == [4, 4]  # Augmented, the columns beside.
     with pytest.raises(ValueError, match="no kept column 'nosuch'; the run keeps: caption, tags"):
         make_dataset(out, columns=["nosuch"])
-    with pytest.raises(ValueError, match="no mean and std of column 'score'"):
-        make_dataset(out, columns=["score"], zscore=["score"])
+    # Without column_statistics: the run's own (column_stats.json, the train split's mean and std).
+    own = make_dataset(out, "train", batch_size=4, training=False, columns=["score"], zscore=["score"])
+    mean, std = saved["score"]["mean"], saved["score"]["std"]
+    np.testing.assert_allclose(np.concatenate([c["score"].numpy() for _, c in own]),
+                               (np.concatenate(scores) - mean) / std, rtol=1e-6)
 
 
 def test_a_multi_label_run_reads_its_labels_multi_hot_in_vocabulary_order(tiny_raw_job):
