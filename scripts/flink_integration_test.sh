@@ -2,9 +2,10 @@
 # Flink integration test (the second step of scripts/test.sh, also runnable alone): obtains Beam's
 # Flink job server with Maven (once, into ~/.cache/beam-image-pipeline/flink/; see scripts/flink_job_server.sh), then runs
 #  - tests/scale_out/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
-#  - tests/scale_out/test_flink_cluster.py: the job on a standing Flink session cluster that
+#  - tests/scale_out/test_flink_cluster.py: on a standing Flink session cluster that
 #    scripts/flink_cluster.sh starts from the job server's jars (two TaskManagers, a worker pool
-#    beside each), and a TaskManager killed mid-job followed by a rerun that resumes;
+#    beside each), the predict job, and the job with a TaskManager killed mid-run followed by a
+#    rerun that resumes;
 # each against the default local runner over the same CSV, outputs compared.
 #   scripts/flink_integration_test.sh [pytest args]
 #   FLINK_JOB_SERVER_JAR=JAR  use that job server jar instead of obtaining one (the standing
@@ -21,6 +22,10 @@ if [ -z "${FLINK_JOB_SERVER_JAR:-}" ]; then
   FLINK_JOB_SERVER_JAR="$(bash scripts/flink_job_server.sh)"
 fi
 export FLINK_JOB_SERVER_JAR
+# Every JVM of this step (a job server per job, the cluster's JobManager and TaskManagers) lives for minutes
+# and moves little data, on a small machine: C1 only (no C2 compiler threads) and the serial collector
+# cut their CPU time; a job server reaches "started" on 4 s of CPU instead of 7.
+export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:+$JAVA_TOOL_OPTIONS }-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 echo "Flink job server: $FLINK_JOB_SERVER_JAR"
 # The standing cluster's folder (conf, logs, PID files): tests/scale_out/test_flink_cluster.py starts and
 # stops the cluster there, and whatever happens to pytest, this script stops it on exit by the

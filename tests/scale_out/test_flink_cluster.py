@@ -11,7 +11,10 @@ submitted with `--flink_master=localhost:REST --environment_type=EXTERNAL` and
 `--parallelism=2`, so its work is split over both TaskManagers.
 
 One cluster serves the whole session (`flink_cluster`); a further job (e.g. a predict job) is
-one more test function taking that fixture and `cluster.job_flags()`.
+one more test function taking that fixture and `cluster.job_flags()`. Each job here costs minutes
+(a job server JVM, the jars shipped, fresh SDK workers for each stage on each TaskManager), so a
+job carries several checks: the rerun after the TaskManager kill is also the check that the
+cluster's output equals the local runner's, through the small dataset's steps, on both TaskManagers.
 """
 
 import glob
@@ -137,28 +140,6 @@ def flink_cluster(tmp_path_factory):
         assert stopped.returncode == 0, stopped.stderr
 
 
-def test_standing_cluster_matches_the_local_runner(small_run, flink_cluster):
-    cluster, folder = flink_cluster, small_run.folder
-    jobs_before, workers_before = set(cluster.jobs()), cluster.workers_started()
-
-    # Relative --input_csv and --output_dir, from the data folder: the workers run elsewhere.
-    result = scaleout.run_job_killing_group(os.path.relpath(small_run.csv_path, folder), "out_flink_cluster",
-                                            *cluster.job_flags(), *scaleout.small_step_flags(folder),
-                                            cwd=folder, timeout=TIMEOUT)
-    assert result.returncode == 0, cluster.explain(result)
-    scaleout.assert_small_dataset_run_matches(small_run.local, folder / "out_flink_cluster", small_run.rows,
-                                              "FlinkRunner")
-
-    [(job_id, job)] = [(jid, job) for jid, job in cluster.jobs().items() if jid not in jobs_before]
-    assert job["state"] == "FINISHED" and job["tasks"]["total"] > 1, job
-    # Both TaskManagers wrote shards: each ran a subtask of the shard-writing step that got rows ...
-    writers = cluster.subtask_rows_by_task_manager(job_id, "WriteShards")
-    assert sorted(manager for manager, count in writers.items() if count > 0) == list(TASK_MANAGERS), writers
-    # ... with SDK workers from its own pool (a TaskManager reaches only the pool beside it).
-    started = [after - before for before, after in zip(workers_before, cluster.workers_started())]
-    assert all(count > 0 for count in started), started
-
-
 def test_predict_job_on_the_standing_cluster_matches_the_local_run(small_run, small_predictions, flink_cluster):
     """The predict job (RunInference, Parquet shards) over both TaskManagers: identical Parquet."""
     cluster, folder, (export, local_predictions) = flink_cluster, small_run.folder, small_predictions
@@ -172,31 +153,42 @@ def test_predict_job_on_the_standing_cluster_matches_the_local_run(small_run, sm
     assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
 
 
-def make_slow_dataset(folder, rows=64, distinct=6):
-    """`rows` rows over a few 12-megapixel JPEGs, each row a full decode (0.15-0.4 s): a shard-writing
-    step of 24 shards that lasts 5-12 s on each of two TaskManagers, well past the first shard, when the
-    kill lands (160 rows made each of the test's three runs pay for 96 more decodes). Plus one missing file."""
+ABSENT = "absent.jpg"
+
+
+def make_slow_dataset(folder, rows=32, distinct=2):
+    """`rows` rows over two 12-megapixel JPEGs, each row a full decode (0.1-0.4 s): a shard-writing step of
+    24 shards whose TaskManager still has most of its 12 shards (~16 decodes) to write when the first shard
+    anywhere is done and the kill lands. More rows or photos only made each of the test's three runs (and
+    the photos' making, 1.5 s of CPU each) dearer: 64 rows over 6 photos before. Plus one missing file, and
+    the small dataset's step file. Returns (the CSV's path, its rows)."""
     rng = np.random.default_rng(3)
     for i in range(distinct):
         (folder / f"photo {i}.jpg").write_bytes(imaging.encode(imaging.photo_like(rng, 3000, 4000), "JPEG",
                                                                quality=90))
     table = [[f"photo {i % distinct}.jpg", "xyz"[i % 3], "validation" if i % 6 == 0 else "train"]
              for i in range(rows)]
-    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], table + [["absent.jpg", "x", "train"]])
-    return folder / "in.csv"
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], table + [[ABSENT, "x", "train"]])
+    (folder / "small_steps.py").write_text(scaleout.SMALL_PYTHON_STEP)  # The small dataset's steps, as its runs.
+    return folder / "in.csv", len(table) + 1
 
 
 def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_cluster, request):
-    """SIGKILL one TaskManager while shards are being written.
+    """SIGKILL one TaskManager while shards are being written; the rerun is the standing cluster's job.
 
     What happens (Flink's default without checkpointing is no restart strategy, and the cluster
     sets none): the job fails, naming the lost TaskManager; nothing under a final name is
     partial; once the TaskManager is back, the same command resumes and the output equals an
-    uninterrupted run's.
+    uninterrupted local run's. The resumed job also carries the checks of a job on the cluster
+    (one job, not a separate uninterrupted one: each job here costs minutes of JVM and worker
+    start-up): through the small dataset's steps, the REST API lists it FINISHED with more than
+    one task, both TaskManagers ran shard-writing subtasks that got rows, and each with SDK
+    workers from its own pool.
     """
     cluster = flink_cluster
-    csv_path = make_slow_dataset(tmp_path)
-    flags = ("--image_size", "32", "--num_shards", "12", "--no-jpeg_shrink_on_load")  # 24 shards
+    csv_path, rows = make_slow_dataset(tmp_path)
+    flags = ("--image_size", "32", "--num_shards", "12", "--no-jpeg_shrink_on_load",  # 24 shards
+             *scaleout.small_step_flags(tmp_path))
     uninterrupted = tmp_path / "out_local"
     out = tmp_path / "out_flink"
     job = (os.path.relpath(csv_path, tmp_path), out.name, *flags, *cluster.job_flags())  # the command's arguments
@@ -212,7 +204,7 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_c
         os.kill(cluster.pid("taskmanager-1"), signal.SIGKILL)  # The JVM only, as an OOM kill would.
         # The uninterrupted reference (the default local runner) runs while Flink notices the loss and
         # the TaskManager restarts, which leave the CPUs mostly idle; it is awaited before the comparisons.
-        reference = scaleout.start_job(csv_path, uninterrupted, *flags)
+        reference = scaleout.start_job(csv_path, uninterrupted, *flags, cwd=tmp_path)  # The steps' paths are relative.
         # A failed assertion before it is awaited must not leave it running: its group goes with the test.
         request.addfinalizer(lambda: reference.poll() is None and scaleout.signal_group(reference.pid, signal.SIGKILL))
     result = scaleout.finish_job(process, timeout=TIMEOUT if killed else 1)
@@ -240,8 +232,24 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_c
     assert not (out / OutputLayout.MANIFEST_FILE).exists()
     outputs.assert_every_shard_reads_to_its_end(out)  # Nothing under a final name is partial.
 
+    jobs_before, workers_before = set(cluster.jobs()), cluster.workers_started()
     resumed = scaleout.run_job_killing_group(*job, cwd=tmp_path, timeout=TIMEOUT)
     assert resumed.returncode == 0, cluster.explain(resumed)
     assert f"Resuming: {finished} shard(s)" in resumed.stderr, resumed.stderr[-3000:]
-    outputs.assert_same_output(uninterrupted, out)
     assert not list(out.rglob("*.incomplete"))
+    # The same shards (bytes, keys), statistics and errors as the local run, through the same steps.
+    written = outputs.manifest(out)
+    assert written["runner"] == "FlinkRunner"
+    assert [step["kind"] for step in written["config"]["image_steps"]] == ["python", "tf"]
+    assert (written["rows"], written["written"], written["failed"]) == (rows, rows - 1, 1)
+    assert [e["source"] for e in outputs.errors(out)] == [ABSENT]
+    outputs.assert_same_output(uninterrupted, out)
+
+    [(job_id, overview)] = [(jid, j) for jid, j in cluster.jobs().items() if jid not in jobs_before]
+    assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
+    # Both TaskManagers ran a subtask of the shard-writing step that got shards (kept ones are read too) ...
+    writers = cluster.subtask_rows_by_task_manager(job_id, "WriteShards")
+    assert sorted(manager for manager, count in writers.items() if count > 0) == list(TASK_MANAGERS), writers
+    # ... with SDK workers from its own pool (a TaskManager reaches only the pool beside it).
+    started = [after - before for before, after in zip(workers_before, cluster.workers_started())]
+    assert all(count > 0 for count in started), started
