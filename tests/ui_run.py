@@ -24,6 +24,14 @@ SAMPLE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 SIZE = 32
 TABLE = "ui_sample"
+# The kept columns of every row (issue 52): a hostile caption (markup, a quote, bidi, a line break), the tags
+# 'even'/'odd' and the class, a score that is the row's position.
+KEPT = ("--column", "caption:text", "--column", "tags:labels", "--column", "score:float")
+
+
+def kept_cells(i, label):
+    """Row i's caption, tags and score cells (KEPT)."""
+    return [f"<b>{label}</b> \"{i}\" \u202e\nline", f"{'even' if i % 2 == 0 else 'odd'}|{label}", str(i)]
 
 
 def sample_photos():
@@ -46,11 +54,13 @@ def build_run(folder, database_url):
     (folder / "notes.txt").write_text("this is no image\n")
     rows.append([str(folder / "notes.txt"), "cat", "train"])
     rows.append([str(folder / "missing.jpg"), "rocket", "train"])
-    imaging.write_csv(folder / "images.csv", ["path", "label", "split"], rows)
+    rows = [[*row, *kept_cells(i, row[1])] for i, row in enumerate(rows)]
+    imaging.write_csv(folder / "images.csv", ["path", "label", "split", "caption", "tags", "score"], rows)
     job_dir = folder / "job"
     assert job.run(["--input_csv", str(folder / "images.csv"), "--output_dir", str(job_dir), "--image_size",
                     str(SIZE), "--image_format", "png", "--num_shards", "2", "--max_error_rate", "0.5",
-                    "--no_progress", "--direct_num_workers", "1", "--direct_running_mode", "in_memory"]) == 0
+                    "--no_progress", "--direct_num_workers", "1", "--direct_running_mode", "in_memory",
+                    *KEPT]) == 0
     manifest = json.loads((job_dir / "manifest.json").read_text())
     assert manifest["written"] == len(photos) + 2 and manifest["failed"] == 2, manifest
     export_dir = scaleout.export_small_model(job_dir, folder / "export", size=SIZE)

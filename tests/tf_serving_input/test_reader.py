@@ -124,7 +124,6 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
     import math
 
     from tf_serving_input.column_parsing import load_feature_spec
-
     from tf_serving_input.column_stats import load_column_stats
 
     out = tiny_job[0]

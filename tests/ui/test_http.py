@@ -250,6 +250,41 @@ def test_search_filters_keep_to_one_split_and_label(ui_server, ui_inputs):
     assert_readable_error(get(url, f"/search?key={key}&label=%27%3B%20DROP%20TABLE%20x"), 400)
 
 
+def test_the_kept_columns_reach_the_predictions_the_table_and_the_pages_and_filter_a_search(ui_server, ui_inputs):
+    """Issue 52 item 8: the job's --column values in the predictions' Parquet (`columns`, JSON), in the table
+    (jsonb, read with psql), on the image page (escaped), and as a search's --where / the UI's `where`."""
+    import glob
+    import json
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    from beam_pipeline.database.server import EmbeddedServer
+    from ui_run import TABLE, kept_cells
+
+    url, _ = ui_server
+    table = pq.read_table(sorted(glob.glob(f"{ui_inputs['predictions']}/predictions/*.parquet"))).to_pylist()
+    by_key = {row["key"]: json.loads(row["columns"]) for row in table}
+    some = next(iter(by_key.values()))
+    assert set(some) == {"caption", "tags", "score"} and some["tags"][0] in ("even", "odd")
+    index = int(some["score"])
+    assert some["caption"] == kept_cells(index, some["tags"][1])[0]
+    evens = sorted(key for key, columns in by_key.items() if "even" in columns["tags"])
+    out = subprocess.run([EmbeddedServer.psql(), ui_inputs["database"], "-At", "-c",
+                          f"SELECT key FROM {TABLE} WHERE columns->'tags' ? 'even' ORDER BY key"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == evens
+    key = next(key for key, columns in by_key.items() if int(columns["score"]) == index)
+    page = get(url, f"/item/{key}").text
+    assert "&lt;b&gt;" in page and "<b>" + some["tags"][1] not in page  # The caption's markup is text.
+    assert "\\u202e" in page  # Its bidi override is shown escaped, like every stored text.
+    found = re.findall(r"/item/([0-9a-f]+)", get(url, f"/search?key={key}&k=5&where=tags%3Deven").text)
+    assert found and set(found) - {key} <= set(evens)
+    numbers = re.findall(r"/item/([0-9a-f]+)", get(url, f"/search?key={key}&k=5&where=score%3E%3D10").text)
+    assert numbers and all(by_key[k]["score"] >= 10 for k in set(numbers) - {key})
+    assert_readable_error(get(url, f"/search?key={key}&where=score%3E%3Dhigh"), 400)
+
+
 def test_50_concurrent_requests_are_all_answered_and_it_keeps_answering(ui_server):
     url, log = ui_server
     key = a_key(url)
