@@ -41,6 +41,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from beam_pipeline.common import example_wire
 from tf_serving_input import features
 from tf_serving_input.layout import OutputLayout, shard_stem, temp_path
 
@@ -331,14 +332,14 @@ def raw_pixels(record: bytes) -> bytes | None:
     as the features above are, because that module imports TensorFlow.
     """
     fields: dict[str, tuple[int, int]] = {}
-    for number, features_start, features_end in _length_delimited(record, 0, len(record)):
+    for number, features_start, features_end in example_wire.fields(record, 0, len(record)):
         if number != 1:  # Example.features
             continue
-        for entry_number, entry_start, entry_end in _length_delimited(record, features_start, features_end):
+        for entry_number, entry_start, entry_end in example_wire.fields(record, features_start, features_end):
             if entry_number != 1:
                 continue
             name, value = None, None
-            for field, field_start, field_end in _length_delimited(record, entry_start, entry_end):
+            for field, field_start, field_end in example_wire.fields(record, entry_start, entry_end):
                 if field == 1:
                     name = bytes(record[field_start:field_end])
                 elif field == 2:
@@ -364,47 +365,11 @@ _IMAGE_FEATURES = (features.IMAGE_ENCODED, features.IMAGE_RAW)
 _IMAGE = "image"
 
 
-def _varint(data: Any, pos: int) -> tuple[int, int]:
-    """(value, position after it) of a protobuf varint at `pos`."""
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-
-
-def _length_delimited(data: Any, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-    """(field number, start, end) of each length-delimited field in data[start:end]; other wire types skipped."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(data, pos)
-        wire = tag & 7
-        if wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise ValueError("a field runs past its message")
-            yield tag >> 3, pos, pos + length
-            pos += length
-        elif wire == 0:
-            _, pos = _varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            pos += 4
-        else:
-            raise ValueError(f"wire type {wire}")
-
-
 def _first_bytes(data: Any, start: int, end: int) -> tuple[int, int] | None:
     """(start, end) of a Feature's first bytes_list value, or None when it has none."""
-    for number, list_start, list_end in _length_delimited(data, start, end):
+    for number, list_start, list_end in example_wire.fields(data, start, end):
         if number == 1:  # Feature.bytes_list
-            for value_number, value_start, value_end in _length_delimited(data, list_start, list_end):
+            for value_number, value_start, value_end in example_wire.fields(data, list_start, list_end):
                 if value_number == 1:  # BytesList.value
                     return value_start, value_end
     return None
@@ -413,14 +378,14 @@ def _first_bytes(data: Any, start: int, end: int) -> tuple[int, int] | None:
 def _example_fields(data: Any, start: int, end: int) -> dict[str, Any]:
     """The key, source and label texts and the image's stored size of one serialized tf.train.Example."""
     found: dict[str, Any] = {}
-    for number, features_start, features_end in _length_delimited(data, start, end):
+    for number, features_start, features_end in example_wire.fields(data, start, end):
         if number != 1:  # Example.features
             continue
-        for entry_number, entry_start, entry_end in _length_delimited(data, features_start, features_end):
+        for entry_number, entry_start, entry_end in example_wire.fields(data, features_start, features_end):
             if entry_number != 1:  # Features.feature: map<string, Feature> entries
                 continue
             name, value = None, None
-            for field, field_start, field_end in _length_delimited(data, entry_start, entry_end):
+            for field, field_start, field_end in example_wire.fields(data, entry_start, entry_end):
                 if field == 1:
                     name = data[field_start:field_end].decode("utf-8", "replace")
                 elif field == 2:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from beam_pipeline.common import example_wire
 from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, FeatureSpec, Value
 
 EMPTY = "{}"
@@ -73,14 +74,14 @@ def feature_lists(record: bytes, wanted: Iterable[str]) -> dict[str, list[Any]]:
 
 def _feature_lists(record: bytes, wanted: set[str]) -> dict[str, list[Any]]:
     lists: dict[str, list[Any]] = {}
-    for number, start, end in _fields(record, 0, len(record)):
+    for number, start, end in example_wire.fields(record, 0, len(record)):
         if number != 1 or not isinstance(start, int):  # Example.features
             continue
-        for entry_number, entry_start, entry_end in _fields(record, start, end):
+        for entry_number, entry_start, entry_end in example_wire.fields(record, start, end):
             if entry_number != 1:  # Features.feature: map<string, Feature> entries
                 continue
             name, feature = None, None
-            for field, field_start, field_end in _fields(record, entry_start, entry_end):
+            for field, field_start, field_end in example_wire.fields(record, entry_start, entry_end):
                 if field == 1:
                     name = record[field_start:field_end].decode("utf-8", "replace")
                 elif field == 2:
@@ -93,8 +94,8 @@ def _feature_lists(record: bytes, wanted: set[str]) -> dict[str, list[Any]]:
 def _feature_values(data: bytes, start: int, end: int) -> list[Any]:
     """The values of one Feature message (its one list)."""
     values: list[Any] = []
-    for kind, list_start, list_end in _fields(data, start, end):
-        for number, value_start, value_end in _fields(data, list_start, list_end, scalars=True):
+    for kind, list_start, list_end in example_wire.fields(data, start, end):
+        for number, value_start, value_end in example_wire.fields(data, list_start, list_end, scalars=True):
             if number != 1:
                 continue
             if kind == 1:  # BytesList.value
@@ -108,53 +109,13 @@ def _feature_values(data: bytes, start: int, end: int) -> list[Any]:
                 else:
                     pos = value_start
                     while pos < value_end:
-                        value, pos = _varint(data, pos)
+                        value, pos = example_wire.varint(data, pos)
                         values.append(_signed(value))
     return values
 
 
 def _signed(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("a varint longer than 10 bytes")
-
-
-def _fields(data: bytes, start: int, end: int, scalars: bool = False) -> Iterable[tuple[int, Any, Any]]:
-    """(field number, start, end) of each length-delimited field in data[start:end]; with `scalars`, also
-    (number, value, None) of a varint and (number, start, start + 4) of a fixed32; other fields skipped."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(data, pos)
-        wire = tag & 7
-        if wire == 2:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise ValueError("a field runs past its message")
-            yield tag >> 3, pos, pos + length
-            pos += length
-        elif wire == 0:
-            value, pos = _varint(data, pos)
-            if scalars:
-                yield tag >> 3, value, None
-        elif wire == 1:
-            pos += 8
-        elif wire == 5:
-            if scalars:
-                yield tag >> 3, pos, pos + 4
-            pos += 4
-        else:
-            raise ValueError(f"wire type {wire}")
 
 
 def from_row(columns: Iterable[tuple[str, Value]]) -> dict[str, Any]:
