@@ -391,7 +391,8 @@ def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns(),
             discarded += 1
         else:
             per_split[row.split] = per_split.get(row.split, 0) + 1
-        if read.label_written != row.label:
+        # A multi-label row's label cell becomes its labels (Row.labels), not Row.label: nothing was stripped.
+        if read.label_written != row.label and not kept.features.multi_label:
             stripped += bool(row.label)
             blank += not row.label
     if rows == 0:

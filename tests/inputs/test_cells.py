@@ -74,7 +74,10 @@ def test_csv_rows_carry_their_kept_columns_and_a_bad_cell_fails_its_row_unread(t
     assert blank.columns == () and blank.labels == () and not blank.failure
     assert bad.failure == (failures.BAD_VALUE, "column 'score': 'high' is not a float")
     assert rows.failure_of(bad) == failures.RowFailure(failures.BAD_VALUE, "column 'score': 'high' is not a float")
-    assert rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept).bad_values == 1
+    summary = rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept)
+    assert summary.bad_values == 1
+    # A multi-label row's label cell is its labels: none was "blank" or "stripped" (the summary said 3 blank).
+    assert summary.labels_blank == 0 and summary.labels_stripped == 0
 
 
 def test_a_kept_column_the_list_does_not_have_is_refused_naming_its_columns(tmp_path):
