@@ -45,7 +45,8 @@ def pytest_collection_modifyitems(config, items):
     """Marks every test under SLOW_FOLDERS slow, and groups tests for pytest-xdist (`--dist loadgroup`).
 
     A module's tests stay on one worker (its module fixtures are built once), and the modules that share
-    one of SHARED_GROUPS' session fixtures stay together; the groups are spread over the workers.
+    one of SHARED_GROUPS' session fixtures stay together; the groups are spread over the workers. A module
+    that sets `SPREAD_OVER_WORKERS = True` (no module fixtures, and long) is grouped by test function instead.
     """
     group_of_module = {}
     for item in items:
@@ -58,7 +59,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             module = item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group_of_module.get(module, module)))
+            group = group_of_module.get(module, module)
+            if group == module and getattr(getattr(item, "module", None), "SPREAD_OVER_WORKERS", False):
+                # A long module without module fixtures: one group per test function (its cases share what
+                # they trace), so that it does not hold one worker while the other has nothing left to do.
+                group = f"{module}::{getattr(item, 'originalname', item.name)}"
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="module")

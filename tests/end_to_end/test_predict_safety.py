@@ -78,6 +78,25 @@ def world(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def predicted_a(world, tmp_path_factory):
+    """The predict job over dataset a with the main export, no database: read-only, copied by the tests that
+    change or load it (one run instead of one per test)."""
+    _, jobs, exports = world
+    out = tmp_path_factory.mktemp("predicted_a") / "pred"
+    made = predict("--model_dir", exports["main"], "--input_dir", jobs["a"], "--output_dir", out, "--database", "none")
+    assert made.returncode == 0, made.stderr[-3000:]
+    return out
+
+
+def copy_of(predictions, folder):
+    """A copy of `predicted_a`'s output at `folder` (for a test that changes or loads it)."""
+    import shutil
+
+    shutil.copytree(predictions, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
 def pg(tmp_path_factory):
     with postgres_servers.embedded(str(tmp_path_factory.mktemp("pg_safety"))) as url:
         yield url
@@ -190,12 +209,9 @@ def test_a_flipped_or_cut_job_shard_is_not_predicted_and_a_rerun_completes(world
     assert outputs.manifest(tmp_path / "pred")["predicted"] == ROWS
 
 
-def test_a_flipped_byte_in_a_parquet_shard_is_not_loaded(world, pg, tmp_path):
+def test_a_flipped_byte_in_a_parquet_shard_is_not_loaded(world, predicted_a, pg, tmp_path):
     _, jobs, exports = world
-    out = tmp_path / "pred"
-    made = predict("--model_dir", exports["main"], "--input_dir", jobs["a"], "--output_dir", out,
-                   "--database", "none")
-    assert made.returncode == 0, made.stderr[-3000:]
+    out = copy_of(predicted_a, tmp_path / "pred")
     shard = next(s for s in outputs.manifest(out)["shards"] if s["records"])
     flip_byte(out / shard["file"])
     load = ["--model_dir", exports["main"], "--output_dir", out, "--load_only", "--database", pg,
@@ -212,7 +228,7 @@ def test_a_flipped_byte_in_a_parquet_shard_is_not_loaded(world, pg, tmp_path):
     assert database.count_rows(pg, "flipped") == ROWS
 
 
-def test_text_the_database_cannot_store_fails_only_its_row(world, pg, tmp_path):
+def test_text_the_database_cannot_store_fails_only_its_row(world, predicted_a, pg, tmp_path):
     import hashlib
 
     import pyarrow as pa
@@ -221,9 +237,7 @@ def test_text_the_database_cannot_store_fails_only_its_row(world, pg, tmp_path):
     from beam_pipeline.predict import shards as prediction_shards
 
     _, jobs, exports = world
-    out = tmp_path / "pred"
-    assert predict("--model_dir", exports["main"], "--input_dir", jobs["a"], "--output_dir", out,
-                   "--database", "none").returncode == 0
+    out = copy_of(predicted_a, tmp_path / "pred")
     # An output whose Parquet holds a NUL (as an older version could write): its status and manifest agree.
     manifest = outputs.manifest(out)
     entry = next(s for s in manifest["shards"] if s["records"] >= 2)
@@ -313,11 +327,11 @@ def test_a_password_appears_nowhere_across_a_killed_run_and_its_rerun(world, pg,
         holder.wait()
 
 
-def test_two_concurrent_loads_into_a_new_table_both_succeed_exactly(world, pg, tmp_path):
+def test_two_concurrent_loads_into_a_new_table_both_succeed_exactly(world, predicted_a, pg, tmp_path):
     _, jobs, exports = world
-    for name in ("a", "b"):
-        assert predict("--model_dir", exports["main"], "--input_dir", jobs[name], "--output_dir", tmp_path / name,
-                       "--database", "none").returncode == 0
+    copy_of(predicted_a, tmp_path / "a")
+    assert predict("--model_dir", exports["main"], "--input_dir", jobs["b"], "--output_dir", tmp_path / "b",
+                   "--database", "none").returncode == 0
     commands = [[sys.executable, "-m", "beam_pipeline.predict", "--model_dir", str(exports["main"]), "--output_dir",
                  str(tmp_path / name), "--load_only", "--database", pg, "--table", "concurrent", "--append"]
                 for name in ("a", "b")]
@@ -350,10 +364,10 @@ def test_two_concurrent_predict_runs_share_one_embedded_server(world, tmp_path):
     assert not server.running()
 
 
-def test_every_bad_search_input_is_one_line_and_a_non_zero_exit(world, pg, tmp_path):
+def test_every_bad_search_input_is_one_line_and_a_non_zero_exit(world, predicted_a, pg, tmp_path):
     _, jobs, exports = world
-    assert predict("--model_dir", exports["main"], "--input_dir", jobs["a"], "--output_dir", tmp_path / "p",
-                   "--database", pg, "--table", "searchable").returncode == 0
+    assert predict("--model_dir", exports["main"], "--output_dir", copy_of(predicted_a, tmp_path / "p"),
+                   "--load_only", "--database", pg, "--table", "searchable").returncode == 0
     text = tmp_path / "notes.txt"
     text.write_text("not an image")
     photo = world[0] / "a" / "img" / "3.jpg"
@@ -408,7 +422,7 @@ def test_a_failure_inside_the_workers_is_one_line_and_its_traceback_goes_to_the_
     for path in (broken / "variables").glob("variables.data-*"):
         path.write_bytes(b"\x00" * 16)  # The workers cannot restore the weights.
     result = scaleout.predict("--model_dir", broken, "--input_dir", jobs["a"], "--output_dir", tmp_path / "p",
-                              "--database", "none")
+                              "--database", "none", "--direct_num_workers", 1)  # One worker process: enough.
     assert result.returncode == 1
     line = one_line(result.stderr)
     assert "while predicting into" in line and "traceback: " in line

@@ -95,7 +95,8 @@ def finished(job):
     quality_out = folder / "quality"
     # The command as a user runs it. Two of the four validation images are copies of train images: moving them
     # is half of validation, over the default --max_split_moved (0.25; the predictions test sees that refusal).
-    done = quality_process("--input_dir", out, "--output_dir", quality_out, *FINISHED_FLAGS)
+    # One worker process (a second imported TensorFlow again, ~10 s): the command's own process is what is tested.
+    done = quality_process("--input_dir", out, "--output_dir", quality_out, *FINISHED_FLAGS, "--direct_num_workers", 1)
     assert done.returncode == 0, done.stderr
     return folder, csv_path, rows, out, quality_out, done
 

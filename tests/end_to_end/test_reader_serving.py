@@ -146,14 +146,28 @@ def classifier(num_classes):
                              keras.layers.Dense(num_classes, activation="softmax")])
 
 
+@pytest.fixture(scope="module")
+def identity_export(job_outputs, tmp_path_factory):
+    """image_format -> the identity model exported on that format's output, made once for both loaders (read-only)."""
+    made = {}
+
+    def export(image_format):
+        if image_format not in made:
+            identity = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Identity()])
+            made[image_format] = export_serving_model(identity, job_outputs[0][image_format],
+                                                      str(tmp_path_factory.mktemp(f"id_{image_format}") / "id"),
+                                                      embedding_layer=False)
+        return made[image_format]
+    return export
+
+
 @pytest.mark.parametrize("loader", serving_loaders.LOADERS)
 @pytest.mark.parametrize("image_format", sorted(PARITY_TOLERANCE))
-def test_train_serve_parity(job_outputs, tmp_path, image_format, loader):
+def test_train_serve_parity(job_outputs, identity_export, image_format, loader):
     """The reader's tensor for each image equals what serving feeds the model from the original bytes."""
     outputs, folder, _ = job_outputs
     output_dir = outputs[image_format]
-    identity = keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Identity()])
-    export_dir = export_serving_model(identity, output_dir, str(tmp_path / "id"), embedding_layer=False)
+    export_dir = identity_export(image_format)
 
     dataset = make_dataset(output_dir, "train", batch_size=64, training=False, cycle_length=1)
     from_reader = np.concatenate([x.numpy() for x, _ in dataset])

@@ -27,7 +27,9 @@ def test_a_second_run_into_the_same_folder_is_refused_while_the_first_succeeds(t
     imaging.write_csv(folder / "in.csv", ["path", "label"], rows)
     out = tmp_path / "out"
     command = scaleout.job_command(folder / "in.csv", out, "--num_shards", "8")
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The first run with one worker process (a second imported TensorFlow again: the lock is what is tested).
+    first = subprocess.Popen(command + ["--direct_num_workers", "1"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not (out / ".lock").exists() and time.time() < deadline and first.poll() is None:
         time.sleep(0.05)
@@ -72,7 +74,8 @@ def test_disk_full_is_one_line_and_the_same_command_resumes_to_identical_bytes(t
     assert here(reference).returncode == 0
     with mounted_tmpfs(tmp_path / "small", "size=2m") as small:
         out = small / "out"
-        full = scaleout.run_job(csv_path, out, *args)  # The disk fills inside the worker processes.
+        # The disk fills inside a worker process (one: a second imported TensorFlow again, ~10 s).
+        full = scaleout.run_job(csv_path, out, *args, "--direct_num_workers", "1")
         assert full.returncode == 1, full.stderr[-3000:]
         lines = error_lines(full.stderr)
         assert len(lines) == 1 and "Traceback" not in full.stderr, full.stderr[-3000:]

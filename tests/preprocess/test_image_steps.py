@@ -345,7 +345,8 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
     result = in_process.run_module(
         "beam_pipeline", "--input_csv", tmp_path / "in.csv", "--output_dir", out, "--image_size", SIZE,
         "--no_progress", "--max_error_rate", "1", "--image_step", f"{steps_file}:brighten",
-        "--direct_num_workers", "2", "--direct_running_mode", "multi_processing")
+        # One worker process is a process of its own (what is tested); a second imported TensorFlow again (~10 s).
+        "--direct_num_workers", "1", "--direct_running_mode", "multi_processing")
     assert result.returncode == 0, result.stderr
     set_up_in = {int(path.name.rpartition("_")[2]) for path in tmp_path.glob("set_up_in_*")}
     assert set_up_in and os.getpid() not in set_up_in  # In Beam's worker processes, not the launcher's.

@@ -1,5 +1,6 @@
 """Every preprocessing op, eagerly, inside tf.data and inside a tf.function (they can differ)."""
 
+import functools
 import io
 import os
 import subprocess
@@ -16,23 +17,36 @@ from tf_serving_input import failures, formats
 from tf_serving_input import preprocessing as pp
 from tf_serving_input.features import PreprocessConfig
 
-# Each mode runs every op; a graph's first run costs ~1 s of tracing and optimizing, so the
-# tf.data mode (a new trace per dataset) runs with the slow tests (CI), eager and tf.function
-# (traced once per op) in the everyday subset too.
+# Each mode runs every op; a graph's first run costs ~1-3 s of tracing and optimizing (once per op and mode a
+# process, see run_op), so the tf.data mode runs with the slow tests (CI), eager and tf.function in the
+# everyday subset too.
+# No module fixtures, and ~150 cases: its test functions are spread over pytest-xdist's workers (tests/conftest.py).
+SPREAD_OVER_WORKERS = True
 MODES = ["eager", pytest.param("tf_data", marks=pytest.mark.slow), "tf_function"]
 _TRACED = {}
 
 
+def _in_tf_data(fn):
+    """A tf.function of a scalar string that maps `fn` over a one-element dataset of it, inside tf.data."""
+    def mapped(data):
+        return tf.data.Dataset.from_tensors(data).map(fn).get_single_element()
+    return mapped
+
+
 def run_op(fn, data, mode):
-    """Runs fn(data) eagerly, as a tf.data map, or in a tf.function with a scalar string input."""
+    """Runs fn(data) eagerly, as a tf.data map, or in a tf.function with a scalar string input.
+
+    Both graph modes are traced once per function (a module function once a process; a lambda made per call,
+    per call): the tf.data mode's dataset is built inside a tf.function, so its map function is traced with
+    it and each case only runs it. A dataset made per case traced the whole preprocessing graph anew each time
+    (2-15 s a case; 317 s of CI for this file).
+    """
     if mode == "eager":
         return fn(tf.constant(data)).numpy()
-    if mode == "tf_data":
-        dataset = tf.data.Dataset.from_tensors(tf.constant(data)).map(fn)
-        return next(iter(dataset)).numpy()
-    if fn not in _TRACED:  # Module functions are traced once; a lambda made per call, per call.
-        _TRACED[fn] = tf.function(fn, input_signature=[tf.TensorSpec([], tf.string)])
-    return _TRACED[fn](tf.constant(data)).numpy()
+    if (fn, mode) not in _TRACED:
+        _TRACED[fn, mode] = tf.function(_in_tf_data(fn) if mode == "tf_data" else fn,
+                                        input_signature=[tf.TensorSpec([], tf.string)])
+    return _TRACED[fn, mode](tf.constant(data)).numpy()
 
 
 _PREPROCESS = {}
@@ -46,6 +60,12 @@ def preprocess_with(config):
 def problem_index(max_pixels):
     """The problem index `inspect_image` returns, as an op of the bytes (one per max_pixels)."""
     return _PREPROCESS.setdefault(("problem", max_pixels), lambda data: pp.inspect_image(data, max_pixels)[0])
+
+
+def header_dimensions_of(format_index):
+    """`header_dimensions` for one format index, as an op of the bytes (one function per index: traced once)."""
+    return _PREPROCESS.setdefault(("dims", format_index),
+                                  lambda data: pp.header_dimensions(data, tf.constant(format_index)))
 
 
 def refusal(fn, data, mode):
@@ -91,9 +111,7 @@ def test_decode_every_format_to_rgb(name, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_header_dimensions_without_decoding(mode):
     for name, (data, format_index, _) in FORMATS.items():
-        def dims(d, index=format_index):
-            return pp.header_dimensions(d, tf.constant(index))
-        assert run_op(dims, data, mode).tolist() == [48, 64], name
+        assert run_op(header_dimensions_of(format_index), data, mode).tolist() == [48, 64], name
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -266,7 +284,10 @@ def test_the_banded_resampling_is_scale_and_translate_within_one_level():
     level of the op's (only the fixed-point rounding differs), and almost all of them equal.
     """
     rng = np.random.default_rng(24)
-    resample = tf.function(pp._scale_and_translate)
+    # Traced once, for any size (as the job's images are: their sizes are known only at run time).
+    resample = tf.function(pp._scale_and_translate, input_signature=[
+        tf.TensorSpec([None, None, 3], tf.uint8), tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([2], tf.float32), tf.TensorSpec([2], tf.float32)])
     differing = []
     for _ in range(40):
         height, width = (int(side) for side in rng.integers(1, 700, 2))
@@ -328,14 +349,20 @@ def test_a_very_thin_image_resizes_in_bounded_memory():
     assert int(done.stdout.split()[-1]) * 1024 < 1.2 * 2**30  # ru_maxrss is in KiB.
 
 
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("resize_mode", ["center_crop", "pad", "stretch"])
-def test_shrink_on_load_matches_full_decode(resize_mode, mode):
+@functools.cache
+def _large_jpegs():
+    """orientation -> a 1621x1203 JPEG (upright, and turned by EXIF 6), made once for the nine cases."""
     rng = np.random.default_rng(4)
     y, x = np.mgrid[0:1203, 0:1621]
     photo = np.stack([x * 255 // 1621, y * 255 // 1203, (x + y) % 256], -1) + rng.integers(-4, 5, (1203, 1621, 3))
-    for orientation in (1, 6):  # Rotated files too: the kept side is measured upright.
-        data = imaging.exif_jpeg(np.clip(photo, 0, 255).astype(np.uint8), orientation, quality=92)
+    return {orientation: imaging.exif_jpeg(np.clip(photo, 0, 255).astype(np.uint8), orientation, quality=92)
+            for orientation in (1, 6)}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("resize_mode", ["center_crop", "pad", "stretch"])
+def test_shrink_on_load_matches_full_decode(resize_mode, mode):
+    for orientation, data in _large_jpegs().items():  # Rotated files too: the kept side is measured upright.
         full = PreprocessConfig(image_size=64, resize_mode=resize_mode, jpeg_shrink_on_load=False)
         shrunk = PreprocessConfig(image_size=64, resize_mode=resize_mode, jpeg_shrink_on_load=True)
         a = run_op(preprocess_with(full), data, mode).astype(float)
@@ -429,9 +456,9 @@ SHRINKING = PreprocessConfig(image_size=20, resize_mode="center_crop")
 def _everyday_or_slow(names, everyday, in_tf_data):
     """(name, mode) parameters: every case eagerly and in a tf.function (those not in `everyday` with the
     slow tests), and the cases in `in_tf_data` inside tf.data too (with the slow tests, as MODES says).
-    tf.data traces the whole preprocessing graph anew for each dataset (5-15 s a case on a busy 2-core
-    machine: 375 s of CI for these two tests with every case in every mode); the other two modes trace
-    once, and graph mode, which tf.data adds over eager, is what the tf.function mode runs."""
+    Graph mode, which tf.data adds over eager, is what the tf.function mode runs. (A dataset made per case
+    traced the whole preprocessing graph anew each time, 5-15 s a case on a busy 2-core machine, until
+    run_op traced the tf.data mode once per function too.)"""
     params = []
     for name in sorted(names):
         for mode in ("eager", "tf_data", "tf_function"):
