@@ -188,7 +188,9 @@ def feature_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, labe
     requests = column_requests(args)
     for value, request in zip(args.column, requests):
         if request[1] is None and text_list:
-            parser.error(f"--column {value!r} needs a type: NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}")
+            typo = value.rpartition(":")[2] if ":" in value else ""
+            parser.error(f"--column {value!r} needs a type: NAME:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}"
+                         + (f" ({typo!r} is not one)" if typo else ""))
     # Checked now with a stand-in type for the untyped ones (a label column's or box classes' can only be
     # labels), so that a name or combination that can never work is refused before the list is read.
     stand_in = tuple((name, kind or (LABELS if name == label_column or box else TEXT), box)

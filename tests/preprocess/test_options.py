@@ -38,6 +38,7 @@ def test_uris_pass_unchanged_and_given_runner_flags_are_kept():
     (["--max_error_rate", "1.5"], "--max_error_rate must be between 0 and 1"),
     (["--image_format", "tiff"], "invalid choice"),
     (["--column", "score"], "--column 'score' needs a type: NAME:TYPE"),
+    (["--column", "score:floaty"], "('floaty' is not one)"),
     (["--column", "a:int", "--column", "A:float"], "differ only in case"),
     (["--column", "label:text"], "only ':labels'"),
     (["--column", "b1:boxes", "--column", "b2:boxes"], "both boxes"),
