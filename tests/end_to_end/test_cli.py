@@ -70,6 +70,22 @@ def finished_run(tmp_path_factory, loopback):
     return result, out, rows
 
 
+def test_a_run_keeping_no_column_has_the_graph_of_before_and_no_column_statistics(finished_run):
+    """Issue 52: a run without --column keeps the transform graph it had (the same outputs and one asset), writes
+    no column_stats.json, and its features.json lists no column."""
+    import tensorflow_transform as tft
+
+    from tf_serving_input import column_stats
+    from tf_serving_input.column_parsing import load_feature_spec
+
+    _, out, _ = finished_run
+    assert set(tft.TFTransformOutput(str(out)).transformed_feature_spec()) == {"label", "pixel_mean", "pixel_std"}
+    assert {path.name for path in (out / "transform_fn" / "assets").iterdir()} == {"label"}
+    assert column_stats.read_document(str(out)) is None and column_stats.load_column_stats(str(out)) == {}
+    spec = load_feature_spec(str(out))
+    assert spec.columns == () and not spec.multi_label and (out / "features.json").exists()
+
+
 def test_run_succeeds_under_the_error_rate_with_progress_and_summary(finished_run):
     result, _, _ = finished_run
     assert result.returncode == 0, result.stderr[-3000:]

@@ -66,7 +66,7 @@ def test_every_section_module_imports_and_the_command_explains_itself():
     assert result.returncode == 0, result.stderr[-3000:]
     assert "--repetitions" in result.stdout and "ratios against baselines" in result.stdout
     assert "--job_only" in result.stdout
-    assert "--section {steps,columns}" in result.stdout and "--step_images" in result.stdout
+    assert "--section {steps,lists,columns}" in result.stdout and "--step_images" in result.stdout
 
 
 @pytest.fixture
