@@ -200,7 +200,11 @@ def read_document(run_dir: str) -> dict[str, Any] | None:
     path = OutputLayout(run_dir).column_stats_file
     if not exists(path):
         return None
-    data = json.loads(read_text(path))
+    try:
+        data = json.loads(read_text(path))
+    except ValueError as error:  # Damaged (a flipped byte, a cut copy): say which file, in one line.
+        raise ValueError(f"{path} is not valid JSON ({error}): the run's column statistics are damaged; the same "
+                         "command resumes the run and writes them again") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise ValueError(f"{path} is not version {VERSION} of the column statistics")
     return data

@@ -23,7 +23,7 @@ from beam_pipeline.common.redact import redact_url
 from beam_pipeline.inputs import file_urls, path_hints, tables, urls
 from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value, quoted
 from tf_serving_input import failures
-from tf_serving_input.columns import LABELS, Column, FeatureSpec, Value
+from tf_serving_input.columns import BOXES, LABELS, Column, FeatureSpec, Value
 
 if TYPE_CHECKING:
     import apache_beam as beam
@@ -341,7 +341,23 @@ def _with_columns(row: Row, cells: list[str], kept_at: tuple[tuple[Column, int],
             labels = cell_value(Column(label_name, LABELS), cell, separator) or ()  # type: ignore[assignment]
     except BadValue as error:
         return dataclasses.replace(row, failure=(failures.BAD_VALUE, str(error)))
+    mismatch = _box_classes_mismatch(kept_at, dict(values))
+    if mismatch:
+        return dataclasses.replace(row, failure=(failures.BAD_VALUE, mismatch))
     return dataclasses.replace(row, columns=tuple(values), labels=labels)
+
+
+def _box_classes_mismatch(kept_at: tuple[tuple[Column, int], ...], values: dict[str, Any]) -> str | None:
+    """Why a row's box classes (--box_class_column) do not go one for one with its boxes, or None."""
+    boxes = next((column.name for column, _ in kept_at if column.type == BOXES), None)
+    classes = next((column.name for column, _ in kept_at if column.box_classes), None)
+    if boxes is None or classes is None:
+        return None
+    count, named = len(values.get(boxes) or ()), len(values.get(classes) or ())
+    if count == named:
+        return None
+    return (f"column {classes!r}: {count} box{'es' if count != 1 else ''} and {named} class"
+            f"{'es' if named != 1 else ''}; --box_class_column holds one class per box of column {boxes!r}")
 
 
 def failure_of(row: Row) -> failures.RowFailure | None:

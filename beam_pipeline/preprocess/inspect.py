@@ -130,7 +130,11 @@ def run(argv=None, prog=PROG):
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    columns = read_document(args.output_dir)
+    try:
+        columns = read_document(args.output_dir)
+    except ValueError as error:  # A damaged column_stats.json: one line naming it, not a traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     if args.format == "text":
         terminal.result(format_report(manifest, columns))
     samples = []

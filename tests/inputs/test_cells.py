@@ -86,3 +86,17 @@ def test_a_kept_column_the_list_does_not_have_is_refused_naming_its_columns(tmp_
     kept = rows.ColumnReading(FeatureSpec(columns=(Column("Score", "float"),)))
     with pytest.raises(rows.CsvError, match=r"--column Score is not a column of the list; its columns: .*'label'"):
         rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept)
+
+
+def test_box_classes_that_do_not_match_the_boxes_one_for_one_fail_the_row(tmp_path):
+    """The hostile trial: 2 boxes with 1 class, 1 box with 2 classes and classes without boxes were all written."""
+    csv_path = tmp_path / "list.csv"
+    imaging.write_csv(csv_path, ["path", "objects", "cls"], [
+        ["a.png", "0 0 1 1|0 0 0.5 0.5", "a|b"], ["b.png", "0 0 1 1|0 0 0.5 0.5", "a"],
+        ["c.png", "0 0 1 1", "a|b"], ["d.png", "", "a"], ["e.png", "", ""]])
+    spec = FeatureSpec(columns=(BOXES, Column("cls", "labels", box_classes=True)))
+    good, two_one, one_two, none_one, empty = rows.iter_rows(str(csv_path), rows.CsvColumns(), rows.ColumnReading(spec))
+    assert not good.failure and not empty.failure and empty.columns == ()
+    for row, words in ((two_one, "2 boxes and 1 class"), (one_two, "1 box and 2 classes"),
+                       (none_one, "0 boxes and 1 class")):
+        assert row.failure[0] == failures.BAD_VALUE and words in row.failure[1], row.failure

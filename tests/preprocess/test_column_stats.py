@@ -200,3 +200,20 @@ def test_inspect_of_a_run_keeping_no_column_has_no_column_statistics():
     # The run itself (the graph of before, no column_stats.json): tests/end_to_end/test_cli.py, over its
     # finished run, which keeps no column (the shared tiny_job keeps one of every type).
     assert "column_statistics" not in inspect.summary({"config": {"preprocess": {}}}, columns=None)
+
+
+def test_a_damaged_column_stats_file_is_one_line_naming_it(columns_job, tmp_path, capsys):
+    """The hostile trial: one flipped byte in column_stats.json gave inspect a JSONDecodeError traceback."""
+    import shutil
+
+    from tf_serving_input import make_dataset
+
+    out = tmp_path / "copy"
+    shutil.copytree(columns_job.out, out)
+    stats_file = out / "column_stats.json"
+    stats_file.write_bytes(b"|" + stats_file.read_bytes()[1:])
+    assert inspect.run([str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "column_stats.json is not valid JSON" in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="column_stats.json is not valid JSON"):
+        make_dataset(str(out), columns=["score"], zscore=["score"])
