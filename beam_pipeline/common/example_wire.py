@@ -1,6 +1,6 @@
 """Protobuf's wire format, read without protobuf or TensorFlow: what walks a serialized tf.train.Example.
 
-    for number, start, end in fields(record, 0, len(record)):   # Example.features is field 1
+    for name, start, end in feature_entries(record, 0, len(record)):   # each feature of an Example
         ...
 
 One walker for the image index (`image_index.py`: a record's key, source and label, the image skipped by its
@@ -53,3 +53,22 @@ def fields(data: Any, start: int, end: int, scalars: bool = False) -> Iterator[t
             pos += 4
         else:
             raise ValueError(f"wire type {wire}")
+
+
+def feature_entries(data: Any, start: int, end: int) -> Iterator[tuple[bytes, int, int]]:
+    """(name, start, end) of each entry of the `features` map of the tf.train.Example in data[start:end]: the
+    feature's name and where its Feature message lies. An entry without a name or a Feature is skipped."""
+    for number, features_start, features_end in fields(data, start, end):
+        if number != 1:  # Example.features
+            continue
+        for entry_number, entry_start, entry_end in fields(data, features_start, features_end):
+            if entry_number != 1:  # Features.feature: map<string, Feature> entries
+                continue
+            name, feature = None, None
+            for field, field_start, field_end in fields(data, entry_start, entry_end):
+                if field == 1:
+                    name = bytes(data[field_start:field_end])
+                elif field == 2:
+                    feature = (field_start, field_end)
+            if name is not None and feature is not None:
+                yield name, feature[0], feature[1]

@@ -332,22 +332,11 @@ def raw_pixels(record: bytes) -> bytes | None:
     as the features above are, because that module imports TensorFlow.
     """
     fields: dict[str, tuple[int, int]] = {}
-    for number, features_start, features_end in example_wire.fields(record, 0, len(record)):
-        if number != 1:  # Example.features
-            continue
-        for entry_number, entry_start, entry_end in example_wire.fields(record, features_start, features_end):
-            if entry_number != 1:
-                continue
-            name, value = None, None
-            for field, field_start, field_end in example_wire.fields(record, entry_start, entry_end):
-                if field == 1:
-                    name = bytes(record[field_start:field_end])
-                elif field == 2:
-                    value = (field_start, field_end)
-            if name in (_FORMAT_NAME, _RAW_NAME) and value is not None:
-                span = _first_bytes(record, *value)
-                if span is not None:
-                    fields[name.decode()] = span
+    for name, feature_start, feature_end in example_wire.feature_entries(record, 0, len(record)):
+        if name in (_FORMAT_NAME, _RAW_NAME):
+            span = _first_bytes(record, feature_start, feature_end)
+            if span is not None:
+                fields[name.decode()] = span
     if features.IMAGE_RAW not in fields or features.IMAGE_FORMAT not in fields:
         return None
     start, end = fields[features.IMAGE_FORMAT]
@@ -378,24 +367,12 @@ def _first_bytes(data: Any, start: int, end: int) -> tuple[int, int] | None:
 def _example_fields(data: Any, start: int, end: int) -> dict[str, Any]:
     """The key, source and label texts and the image's stored size of one serialized tf.train.Example."""
     found: dict[str, Any] = {}
-    for number, features_start, features_end in example_wire.fields(data, start, end):
-        if number != 1:  # Example.features
-            continue
-        for entry_number, entry_start, entry_end in example_wire.fields(data, features_start, features_end):
-            if entry_number != 1:  # Features.feature: map<string, Feature> entries
-                continue
-            name, value = None, None
-            for field, field_start, field_end in example_wire.fields(data, entry_start, entry_end):
-                if field == 1:
-                    name = data[field_start:field_end].decode("utf-8", "replace")
-                elif field == 2:
-                    value = (field_start, field_end)
-            if name is None or value is None:
-                continue
-            if name in _IMAGE_FEATURES:
-                span = _first_bytes(data, *value)
-                found[_IMAGE] = span[1] - span[0] if span else 0
-            elif name in _WANTED:
-                span = _first_bytes(data, *value)
-                found[name] = data[span[0]:span[1]].decode("utf-8", "replace") if span else ""
+    for raw_name, feature_start, feature_end in example_wire.feature_entries(data, start, end):
+        name = raw_name.decode("utf-8", "replace")
+        if name in _IMAGE_FEATURES:
+            span = _first_bytes(data, feature_start, feature_end)
+            found[_IMAGE] = span[1] - span[0] if span else 0
+        elif name in _WANTED:
+            span = _first_bytes(data, feature_start, feature_end)
+            found[name] = data[span[0]:span[1]].decode("utf-8", "replace") if span else ""
     return found

@@ -74,20 +74,10 @@ def feature_lists(record: bytes, wanted: Iterable[str]) -> dict[str, list[Any]]:
 
 def _feature_lists(record: bytes, wanted: set[str]) -> dict[str, list[Any]]:
     lists: dict[str, list[Any]] = {}
-    for number, start, end in example_wire.fields(record, 0, len(record)):
-        if number != 1 or not isinstance(start, int):  # Example.features
-            continue
-        for entry_number, entry_start, entry_end in example_wire.fields(record, start, end):
-            if entry_number != 1:  # Features.feature: map<string, Feature> entries
-                continue
-            name, feature = None, None
-            for field, field_start, field_end in example_wire.fields(record, entry_start, entry_end):
-                if field == 1:
-                    name = record[field_start:field_end].decode("utf-8", "replace")
-                elif field == 2:
-                    feature = (field_start, field_end)
-            if name in wanted and feature is not None:
-                lists[name] = _feature_values(record, *feature)
+    for raw_name, feature_start, feature_end in example_wire.feature_entries(record, 0, len(record)):
+        name = raw_name.decode("utf-8", "replace")
+        if name in wanted:
+            lists[name] = _feature_values(record, feature_start, feature_end)
     return lists
 
 
