@@ -112,27 +112,34 @@ def tiny_job(tmp_path_factory):
     """
     import numpy as np
 
+    import built_once
     import imaging
     from beam_pipeline.preprocess import cli as main
 
-    folder = tmp_path_factory.mktemp("tiny_job")
     rng = np.random.default_rng(2)
-    rows = []
+    rows, images = [], {}
     for i in range(12):
         label = ("cat", "dog", "bird")[i % 3]
         image = imaging.quadrants(int(rng.integers(20, 40)), int(rng.integers(20, 40)))
         image[..., i % 3] = 40 * (i % 6)
         name = f"img{i}.png" if i % 2 else f"img{i}.jpg"
-        (folder / name).write_bytes(imaging.encode(image, "PNG" if i % 2 else "JPEG"))
+        images[name] = imaging.encode(image, "PNG" if i % 2 else "JPEG")
         rows.append([name, label, "validation" if i % 4 == 0 else "train", *tiny_cells(i, label)])
-    imaging.write_csv(folder / "in.csv", ["path", "label", "split", *(name for name, _ in TINY_COLUMNS)], rows)
-    out = folder / "out"
-    code = main.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(out), "--image_size", "16",
-                     "--image_format", "jpeg", "--num_shards", "2", "--no_progress", "--direct_num_workers", "1",
-                     "--direct_running_mode", "in_memory", "--box_class_column", "classes",
-                     *(flag for name, kind in TINY_COLUMNS for flag in ("--column", f"{name}:{kind}"))])
-    assert code == 0
-    return str(out), folder, rows
+
+    def build(folder):
+        for name, data in images.items():
+            (folder / name).write_bytes(data)
+        imaging.write_csv(folder / "in.csv", ["path", "label", "split", *(name for name, _ in TINY_COLUMNS)], rows)
+        code = main.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(folder / "out"),
+                         "--image_size", "16", "--image_format", "jpeg", "--num_shards", "2", "--no_progress",
+                         "--direct_num_workers", "1", "--direct_running_mode", "in_memory",
+                         "--box_class_column", "classes",
+                         *(flag for name, kind in TINY_COLUMNS for flag in ("--column", f"{name}:{kind}"))])
+        assert code == 0
+        return str(folder)
+
+    folder = pathlib.Path(built_once.built_once(tmp_path_factory, "tiny_job", build))
+    return str(folder / "out"), folder, rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,11 +162,11 @@ def columns_job(tmp_path_factory):
     """A finished job that keeps columns (issue 52), made in this process (8 px, one shard a split): a float,
     labels, boxes with their classes, an int with a hostile name (`id,"é`), and a multi-label label; one row
     with a bad cell, one missing file, a validation row. Read-only: copy it before changing anything."""
+    import built_once
     import imaging
     import in_process
     from beam_pipeline.preprocess.options import parse_args
 
-    folder = tmp_path_factory.mktemp("columns_job")
     header = ["path", "label", "split", "score", "tags", "objects", "cls", 'id,"é']
     cells = [
         ["i0.png", "cat|dog", "train", "0.5", "a|b", "[[0,0,1,1],[0.1,0.1,0.2,0.2]]", "car|person", "1"],
@@ -173,16 +180,22 @@ def columns_job(tmp_path_factory):
         ["missing.png", "cat", "train", "0.1", "a", "", "", "-3"],
         ["i6.png", "cat", "train", "abc", "a", "", "", "-3"],  # A bad float: the row fails as bad_value.
     ]
-    for i in range(7):
-        (folder / f"i{i}.png").write_bytes(imaging.encode(imaging.solid((30 * i, 20, 30), 8, 8), "PNG"))
-    imaging.write_csv(folder / "in.csv", header, cells)
-    argv = ["--input_csv", str(folder / "in.csv"), "--output_dir", str(folder / "out"), "--image_size", "8",
-            "--num_shards", "1", "--no_progress", "--max_error_rate", "0.5", "--column", "score:float",
-            "--column", "tags:labels", "--column", "objects:boxes", "--column", "cls:labels",
-            "--box_class_column", "cls", "--column", "label:labels", "--column", 'id,"é:int']
-    done = in_process.run_module("beam_pipeline", *argv)
-    assert done.returncode == 0, done.stderr
-    spec = parse_args(argv)[0].features
+    flags = ["--image_size", "8", "--num_shards", "1", "--no_progress", "--max_error_rate", "0.5",
+             "--column", "score:float", "--column", "tags:labels", "--column", "objects:boxes", "--column",
+             "cls:labels", "--box_class_column", "cls", "--column", "label:labels", "--column", 'id,"é:int']
+
+    def build(folder):
+        for i in range(7):
+            (folder / f"i{i}.png").write_bytes(imaging.encode(imaging.solid((30 * i, 20, 30), 8, 8), "PNG"))
+        imaging.write_csv(folder / "in.csv", header, cells)
+        done = in_process.run_module("beam_pipeline", "--input_csv", str(folder / "in.csv"), "--output_dir",
+                                     str(folder / "out"), *flags)
+        assert done.returncode == 0, done.stderr
+        return [str(folder), done.stdout]
+
+    where, stdout = built_once.built_once(tmp_path_factory, "columns_job", build)
+    folder = pathlib.Path(where)
+    spec = parse_args(["--input_csv", str(folder / "in.csv"), "--output_dir", str(folder / "out"), *flags])[0].features
 
     def typed(row):
         split = lambda cell: tuple(cell.split("|")) if cell else None  # noqa: E731
@@ -192,22 +205,27 @@ def columns_job(tmp_path_factory):
                 "id": int(row[7]) if row[7] else None, "label": split(row[1])}
 
     written = [typed(row) for row in cells if row[2] == "train" and (folder / row[0]).exists() and row[3] != "abc"]
-    return ColumnsJob(str(folder / "out"), done.stdout, spec, written)
+    return ColumnsJob(str(folder / "out"), stdout, spec, written)
 
 
 @pytest.fixture(scope="session")
-def tiny_raw_job(tiny_job):
+def tiny_raw_job(tiny_job, tmp_path_factory):
     """tiny_job's images through the job again with the default (raw) storage, as a multi-label run (its `tags`
     column the labels: 1-2 a row), keeping no other column: its output_dir."""
+    import built_once
     from beam_pipeline.preprocess import cli as main
 
-    _, folder, _ = tiny_job
-    out = folder / "out_raw"
-    code = main.run(["--input_csv", str(folder / "in.csv"), "--output_dir", str(out), "--image_size", "16",
-                     "--num_shards", "2", "--no_progress", "--direct_num_workers", "1",
-                     "--direct_running_mode", "in_memory", "--label_column", "tags", "--column", "tags:labels"])
-    assert code == 0
-    return str(out)
+    _, tiny_folder, _ = tiny_job
+
+    def build(folder):
+        out = folder / "out_raw"
+        code = main.run(["--input_csv", str(tiny_folder / "in.csv"), "--output_dir", str(out), "--image_size",
+                         "16", "--num_shards", "2", "--no_progress", "--direct_num_workers", "1",
+                         "--direct_running_mode", "in_memory", "--label_column", "tags", "--column", "tags:labels"])
+        assert code == 0
+        return str(out)
+
+    return built_once.built_once(tmp_path_factory, "tiny_raw_job", build)
 
 
 # ---------------------------------------------------------------------------------------------- shared runs
