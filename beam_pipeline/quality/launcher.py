@@ -33,7 +33,7 @@ class QualityLauncher(Launcher[QualityLayout]):
         layout = OutputLayout(self.config.input_dir)
         try:
             self.job_manifest = layout.load_manifest()
-        except FileNotFoundError as error:
+        except (FileNotFoundError, PermissionError) as error:
             raise Refused(str(error)) from None
         except ValueError as error:  # A damaged manifest.json (JSON that does not parse).
             raise Refused(f"{layout.manifest_file} is damaged ({error}): rerun the preprocessing job to rewrite it, "

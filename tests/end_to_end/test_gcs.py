@@ -187,3 +187,54 @@ def test_overwrite_on_gs_removes_the_earlier_runs_folders(gcs):
         output_dir.prepare(layout, {"this": "run"}, overwrite=False)
     assert output_dir.prepare(layout, {"this": "run"}, overwrite=True) == 0
     assert names("overwritten/") == ["overwritten/run.json"]
+
+
+@pytest.fixture
+def endpoint_with_password(gcs, monkeypatch):
+    """STORAGE_EMULATOR_HOST with user:password@ in it: a password that must never be shown or written."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.url.replace("http://", f"http://tester:{SECRET}@"))
+    return SECRET
+
+
+SECRET = "s3cret-endpoint-pw"
+
+
+def test_a_row_in_a_missing_bucket_a_missing_object_and_a_forbidden_bucket_fail_by_reason(endpoint_with_password):
+    from beam_pipeline.inputs.rows import read_image_bytes
+    from tf_serving_input import failures
+
+    found = {}
+    for path in (f"gs://no-such-bucket/{scaleout.MISSING}", f"gs://{BUCKET}/{scaleout.MISSING}",
+                 f"gs://{FORBIDDEN}/a.png"):
+        with pytest.raises(failures.RowFailure) as failure:
+            read_image_bytes(path)
+        found[path] = failure.value.reason, failure.value.detail
+    assert [reason for reason, _ in found.values()] == ["file_not_found", "file_not_found", "permission_denied"]
+    for path, (_, detail) in found.items():
+        assert detail.startswith(path) and "\n" not in detail and "127.0.0.1" not in detail, detail
+        assert SECRET not in detail
+
+
+def test_a_missing_or_forbidden_bucket_is_one_line_before_any_work(endpoint_with_password, small_run):
+    """--output_dir in a bucket that does not exist or refuses the credentials, and a job folder there: exit 2,
+    one line naming the folder and the cause, nothing written, the endpoint's password never shown."""
+    said = {}
+    for bucket in ("no-such-bucket", FORBIDDEN):
+        job = in_process.run_module("beam_pipeline", *scaleout.job_command(small_run.csv_path, f"gs://{bucket}/out")[3:])
+        inspected = in_process.run_module("beam_pipeline", "inspect", f"gs://{bucket}/out")
+        predicted = in_process.predict("--model_dir", f"gs://{bucket}/export", "--input_dir", f"gs://{bucket}/out",
+                                       "--output_dir", f"gs://{bucket}/pred", "--database", "none")
+        for name, result in (("job", job), ("inspect", inspected), ("predict", predicted)):
+            # The predict job reads its export before it looks at --output_dir: a refused read fails the run (1).
+            assert result.returncode == (1 if (bucket, name) == (FORBIDDEN, "predict") else 2), (name, result.stderr)
+            lines = result.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: "), (name, result.stderr[-2000:])
+            assert SECRET not in result.stdout + result.stderr and "Traceback" not in result.stderr
+            said[bucket, name] = lines[0]
+    assert "--output_dir gs://no-such-bucket/out: the bucket does not exist" in said["no-such-bucket", "job"]
+    assert f"--output_dir gs://{FORBIDDEN}/out: the object store refused the credentials in use (HTTP 403)" in said[
+        FORBIDDEN, "job"]
+    assert f"gs://{FORBIDDEN}/out/manifest.json: the object store refused the credentials" in said[FORBIDDEN, "inspect"]
+    assert said[FORBIDDEN, "predict"].startswith("error: the object store refused the credentials in use (HTTP 403) "
+                                                 f"while reading the export gs://{FORBIDDEN}/export; grant them")
+    assert names("out/").count("out/.lock") == 0
