@@ -99,6 +99,8 @@ def test_a_killed_gs_run_resumes_to_the_local_runs_bytes(gs_run, small_run, tmp_
     assert "out/manifest.json" not in killed["objects"]
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming:" in resumed.stderr
+    # The killed run's lock: its host is this one and its pid is gone, so it is taken over (docs: the run lock).
+    assert "taking over the lock of a run that is gone" in resumed.stderr
     assert out in resumed.stdout
     local_copy = download("out", tmp_path / "out")
     manifest = json.loads((local_copy / "manifest.json").read_text())
