@@ -35,7 +35,7 @@ def exists(path: str) -> bool:
 
 def delete_tree(paths: list[str]) -> None:
     """Deletes files and folders with everything under them, on any filesystem; what is not there is no error."""
-    targets = [path for path in paths if is_local(path)]
+    targets = [path for path in paths if is_local(path) and FileSystems.exists(path)]
     for path in paths:
         if not is_local(path):
             # Objects under the folder before the folder itself: a marker object 'name/' may stand for it.
