@@ -169,11 +169,19 @@ class RunFolder:
         raise NotImplementedError
 
     def load_manifest(self) -> dict[str, Any]:
-        """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none."""
-        if not exists(self.manifest_file):
-            raise FileNotFoundError(f"{self.manifest_file} not found: is {self.root} the --output_dir of a "
-                                    "finished run?")
-        return json.loads(read_text(self.manifest_file))
+        """The manifest of a finished run as a dict; FileNotFoundError with a hint when there is none,
+        PermissionError when an object store refuses the credentials in use (one line each)."""
+        try:
+            if not exists(self.manifest_file):
+                raise FileNotFoundError(f"{self.manifest_file} not found: is {self.root} the --output_dir of a "
+                                        "finished run?")
+            return json.loads(read_text(self.manifest_file))
+        except Exception as error:
+            # TensorFlow's GCS client says 403 as PermissionDeniedError, with the server's whole answer.
+            if type(error).__name__ == "PermissionDeniedError":
+                raise PermissionError(f"{self.manifest_file}: the object store refused the credentials in use "
+                                      "(HTTP 403): grant them read access, or use other credentials") from None
+            raise
 
 
 class OutputLayout(RunFolder):

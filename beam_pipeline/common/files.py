@@ -1,7 +1,9 @@
-"""Files on any Beam filesystem (local, gs://, s3://): JSON in and out, SHA-256 digests, attempt ids.
+"""Files on any Beam filesystem (local, gs://, s3://): JSON in and out, SHA-256 digests, attempt ids, folders.
 
 The one place JSON is read from and written to Beam's FileSystems: status files,
-run fingerprints, load results and progress all go through here.
+run fingerprints, load results and progress all go through here. Also what a
+folder is on an object store (`exists`, `delete_tree`): there a folder is only a
+name prefix, which Beam's `FileSystems.exists` and `delete` do not see.
 """
 
 from __future__ import annotations
@@ -14,9 +16,32 @@ from typing import Any
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from tf_serving_input.layout import temp_path
+from tf_serving_input.layout import is_local, temp_path
 
 RAW = CompressionTypes.UNCOMPRESSED
+
+
+def _under(path: str) -> list[str]:
+    """Every object under the folder `path` of an object store (its folder markers too)."""
+    return [m.path for m in FileSystems.match([path.rstrip("/") + "/**"])[0].metadata_list]
+
+
+def exists(path: str) -> bool:
+    """Whether a file or a folder is at `path`; on an object store a folder exists when an object is under it."""
+    if FileSystems.exists(path):
+        return True
+    return not is_local(path) and bool(FileSystems.match([path.rstrip("/") + "/**"], limits=[1])[0].metadata_list)
+
+
+def delete_tree(paths: list[str]) -> None:
+    """Deletes files and folders with everything under them, on any filesystem; what is not there is no error."""
+    targets = [path for path in paths if is_local(path) and FileSystems.exists(path)]
+    for path in paths:
+        if not is_local(path):
+            # Objects under the folder before the folder itself: a marker object 'name/' may stand for it.
+            targets += sorted(_under(path), reverse=True) + ([path] if FileSystems.exists(path) else [])
+    if targets:
+        FileSystems.delete(targets)
 
 
 def new_attempt_id() -> str:

@@ -153,13 +153,16 @@ class Launcher(Generic[LayoutT]):
     # ------------------------------------------------------------------ the shared run
     def execute(self) -> int:
         """Runs the job; returns its exit code. Every failure reaches the user as one line."""
-        from beam_pipeline.common import output_dir, run_errors
+        from beam_pipeline.common import output_dir, run_errors, storage_errors
         from beam_pipeline.common.run_lock import LockHeld, OutputLock
 
         step = run_errors.Step(self.first_step())
         run_log = run_errors.RunLog(self.layout.log_dir)
         try:
             self.check(step)
+            problem = storage_errors.folder_problem(self.layout.root)  # A missing or forbidden bucket: 403/404.
+            if problem is not None:
+                raise Refused(f"--output_dir {self.layout.root}: {problem}")
             if os.path.exists(self.layout.root) and not os.path.isdir(self.layout.root):  # A local file.
                 raise Refused(f"--output_dir {self.layout.root} is a file, not a folder: name a folder (it is "
                               "created when missing)")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_pipeline.common.files import read_json, write_json
+from beam_pipeline.common.files import delete_tree, exists, read_json, write_json
 
 if TYPE_CHECKING:
     from tf_serving_input.layout import RunFolder
@@ -45,7 +45,7 @@ def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> 
     stale temporary files and the end-of-run outputs go. Output of a different
     run is refused, untouched, unless `overwrite`.
     """
-    existing = [name for name in layout.entries() if FileSystems.exists(layout.path(name))]
+    existing = [name for name in layout.entries() if exists(layout.path(name))]  # A folder on gs:// too.
     resumable = bool(existing) and not overwrite
     if resumable and (earlier := read_json(layout.run_file)) != fingerprint:
         changed = differences(earlier, fingerprint)
@@ -58,7 +58,7 @@ def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> 
     if resumable:  # Files a killed run was still writing.
         stale += [m.path for result in FileSystems.match(layout.temp_files_globs()) for m in result.metadata_list]
     if stale:
-        FileSystems.delete(stale)
+        delete_tree(stale)
     # The run file first: a run killed after it is resumed by the same command, while folders made
     # before it (a kill in between) read as another run's output and were refused.
     write_json(layout.run_file, fingerprint)

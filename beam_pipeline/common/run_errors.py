@@ -26,7 +26,7 @@ import threading
 import traceback
 from collections.abc import Iterator
 
-from beam_pipeline.common import terminal
+from beam_pipeline.common import storage_errors, terminal
 from beam_pipeline.common.redact import redact
 from tf_serving_input.layout import is_local
 
@@ -92,6 +92,14 @@ def explain(error: BaseException) -> tuple[str, str]:
     match = _ERRNO_TEXT.search(text)
     if match and int(match.group(1)) in _BY_ERRNO:
         return _BY_ERRNO[int(match.group(1))]
+    # An object store's refusal or 404 (Google's clients; TensorFlow's GCS client says 403 by its error's type).
+    status = storage_errors.http_status(error)
+    if status is None and any(type(current).__name__ == "PermissionDeniedError" for current in chain):
+        status = 403
+    described = storage_errors.describe_status(status)
+    if described is not None:
+        what, _, advice = described.partition(": ")
+        return what, advice
     for words, number in _BY_TEXT:
         if any(word in text for word in words):
             return _BY_ERRNO[number]

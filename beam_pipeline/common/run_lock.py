@@ -11,7 +11,10 @@ there is no create-if-absent through Beam's filesystems, so the lock is
 advisory: two runs started within the same moment may both proceed. They then
 still cannot corrupt each other's shards (each attempt writes its own
 temporary file and publishes byte-identical data), but the second's start-up
-removes the first's end-of-run files, so start one run per folder.
+removes the first's end-of-run files, so start one run per folder. A holder's
+pid means something only on its own host: a lock from another machine (a
+Dataflow launcher's VM) is never taken over; the user deletes it when that
+run is gone (docs/csv-and-images.md, "One run per output folder").
 """
 
 from __future__ import annotations

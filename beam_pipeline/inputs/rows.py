@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from beam_pipeline.common import terminal
-from beam_pipeline.common.redact import redact_url
+from beam_pipeline.common import storage_errors, terminal
+from beam_pipeline.common.redact import redact, redact_url
 from beam_pipeline.inputs import file_urls, path_hints, tables, urls
 from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value, quoted
 from tf_serving_input import failures
@@ -591,15 +591,21 @@ def _read_failure(path: str, error: BaseException) -> failures.RowFailure:
     os_error = _os_error(error, path) if _is_local(path) else None
     if os_error is not None:
         return _errno_failure(path, os_error)
-    # Remote filesystems (gs://, s3://) raise their own types, without an errno.
-    if isinstance(error, FileNotFoundError):
+    # Remote filesystems (gs://, s3://) raise their own types, without an errno; their text holds the request's
+    # URL (an endpoint's user:password too), so a refusal or a 404 is told by its HTTP status, in words.
+    status = storage_errors.http_status(error)
+    if status in storage_errors.DENIED:
+        return failures.RowFailure(failures.PERMISSION_DENIED,
+                                   f"{path}: the object store refused the credentials in use (HTTP {status})")
+    if isinstance(error, FileNotFoundError) or status == storage_errors.NOT_FOUND:
         return failures.RowFailure(failures.FILE_NOT_FOUND, path)
     if isinstance(error, IsADirectoryError):
         return failures.RowFailure(failures.IS_A_DIRECTORY, f"{path} is a directory, not a file")
     if not _exists(path):
         return failures.RowFailure(failures.FILE_NOT_FOUND, path)
     text = str(error).strip().splitlines()
-    return failures.RowFailure(failures.READ_ERROR, f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": "))
+    return failures.RowFailure(failures.READ_ERROR,
+                               redact(f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")))
 
 
 def read_image_bytes(path: str, max_bytes: int = DEFAULT_MAX_FILE_BYTES) -> bytes:

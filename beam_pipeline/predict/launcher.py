@@ -107,7 +107,7 @@ class PredictLauncher(Launcher):
 
         try:
             self.job_manifest = OutputLayout(self.config.input_dir).load_manifest()
-        except FileNotFoundError as error:
+        except (FileNotFoundError, PermissionError) as error:
             raise RefusedError(str(error)) from None
         job_preprocess = self.job_manifest["config"]["preprocess"]
         if job_preprocess != self.export.preprocess:

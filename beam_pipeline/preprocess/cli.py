@@ -194,10 +194,10 @@ class PreprocessLauncher(Launcher):
         return None
 
     def run(self, finished_earlier, step, run_log):
-        from apache_beam.io.filesystems import FileSystems
         from apache_beam.options.pipeline_options import StandardOptions
 
         from beam_pipeline.common import report
+        from beam_pipeline.common.files import delete_tree
         from beam_pipeline.inputs.rows import all_shard_keys, shard_counts_for
         from beam_pipeline.preprocess import column_report, step_timing
         from beam_pipeline.preprocess.pipeline import build_pipeline
@@ -244,8 +244,7 @@ class PreprocessLauncher(Launcher):
         # keeping no column too, so that a reader of any new run needs no guess (docs/columns.md).
         report.write_text(layout.features_file, job.features.dumps())
         report.write_outputs(layout, manifest, failures)
-        if FileSystems.exists(layout.tft_temp_dir):
-            FileSystems.delete([layout.tft_temp_dir])
+        delete_tree([layout.tft_temp_dir])  # A folder: on gs:// only a prefix, which FileSystems.exists misses.
         terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary)
                                               + column_report.summary_rows(columns)
                                               + step_timing.summary_rows(manifest)))

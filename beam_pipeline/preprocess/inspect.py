@@ -123,7 +123,7 @@ def run(argv=None, prog=PROG):
     args = flags.parse_flags(build_parser(prog), sys.argv[1:] if argv is None else argv)
     try:
         manifest = OutputLayout(args.output_dir).load_manifest()
-    except FileNotFoundError as error:
+    except (FileNotFoundError, PermissionError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     problem = _contact_sheet_problem(args, manifest)

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from beam_pipeline.common import terminal
-from beam_pipeline.common.files import file_digest, file_digest_or_none
+from beam_pipeline.common.files import delete_tree, file_digest, file_digest_or_none
 from beam_pipeline.common.launcher import Launcher, Refused
 from tf_serving_input.layout import QualityLayout
 
@@ -33,7 +33,7 @@ class QualityLauncher(Launcher[QualityLayout]):
         layout = OutputLayout(self.config.input_dir)
         try:
             self.job_manifest = layout.load_manifest()
-        except FileNotFoundError as error:
+        except (FileNotFoundError, PermissionError) as error:
             raise Refused(str(error)) from None
         except ValueError as error:  # A damaged manifest.json (JSON that does not parse).
             raise Refused(f"{layout.manifest_file} is damaged ({error}): rerun the preprocessing job to rewrite it, "
@@ -129,7 +129,6 @@ class QualityLauncher(Launcher[QualityLayout]):
         return super().locked(step, run_log)
 
     def run(self, finished_earlier: int, step: Any, run_log: Any) -> int:
-        from apache_beam.io.filesystems import FileSystems
 
         from beam_pipeline.common import report
         from beam_pipeline.common.job_shards import record_shards
@@ -144,8 +143,7 @@ class QualityLauncher(Launcher[QualityLayout]):
         self.announce(f"Measuring {total} images of {config.input_dir} ({len(shards)} shards), then finding pairs "
                       f"within {config.hash_distance} bits (bands of {config.hash_band_bits} bits every "
                       f"{config.hash_band_step}); writing to {config.output_dir}", finished_earlier)
-        if FileSystems.exists(layout.path(layout.PAIRS_DIR)):  # Left by a killed run: the pairs are redone.
-            FileSystems.delete([layout.path(layout.PAIRS_DIR)])
+        delete_tree([layout.path(layout.PAIRS_DIR)])  # Left by a killed run: the pairs are redone.
         preprocess = self.job_manifest["config"]["preprocess"]
         pipeline_seconds = self.run_pipeline(
             step, run_log, f"computing signals into {layout.data_dir} and pairs into {layout.path(layout.PAIRS_DIR)}",
