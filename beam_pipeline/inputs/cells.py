@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,12 +45,35 @@ def quoted(raw: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
 
 
+# Characters no one sees that are not whitespace to str.strip: Unicode's format characters (category Cf: zero-width
+# space and joiners, word joiner, BOM, bidi marks, soft hyphen) and the letters that render as blank space.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _invisible(char: str) -> bool:
+    return char.isspace() or char in _BLANK_LETTERS or unicodedata.category(char) == "Cf"
+
+
+def is_blank(text: str) -> bool:
+    """Whether a text cell shows nothing: empty, or only whitespace and invisible characters (a zero-width space,
+    a word joiner, a BOM, a bidi mark). Such a cell is blank wherever a blank one is: a missing value, an
+    unlabeled row, the default split, an empty label in a list."""
+    stripped = text.strip()
+    return not stripped or all(map(_invisible, stripped))
+
+
+def a_type(value: Any) -> str:
+    """'an int', 'a list': the article and the name of a value's Python type, for a detail."""
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
+
+
 def is_missing(raw: Any) -> bool:
-    """A null, a blank text cell or (in a float column's reading) a NaN: the row has no value there."""
+    """A null, a blank text cell (`is_blank`) or (in a float column's reading) a NaN: the row has no value there."""
     if raw is None:
         return True
     if isinstance(raw, str):
-        return not raw.strip()
+        return is_blank(raw)
     return isinstance(raw, float) and math.isnan(raw)
 
 
@@ -81,7 +105,7 @@ def _int(raw: Any, separator: str) -> int:
         except ValueError:
             raise BadValue("is not an int") from None
     elif not isinstance(raw, int):
-        raise BadValue(f"is a {type(raw).__name__}, not an int")
+        raise BadValue(f"is {a_type(raw)}, not an int")
     if not INT64_MIN <= raw <= INT64_MAX:
         raise BadValue("is out of the int64 range")
     return raw
@@ -98,7 +122,7 @@ def _float(raw: Any, separator: str = DEFAULT_LIST_SEPARATOR) -> float:
     elif isinstance(raw, (int, float)):
         value = float(raw)
     else:
-        raise BadValue(f"is a {type(raw).__name__}, not a float")
+        raise BadValue(f"is {a_type(raw)}, not a float")
     if math.isinf(value) or (math.isfinite(value) and abs(value) > FLOAT32_MAX):
         raise BadValue("is infinite or beyond float32's range (stored as float32)")
     return value
@@ -106,7 +130,7 @@ def _float(raw: Any, separator: str = DEFAULT_LIST_SEPARATOR) -> float:
 
 def _text(raw: Any, separator: str) -> str:
     if not isinstance(raw, str):
-        raise BadValue(f"is a {type(raw).__name__}, not text")
+        raise BadValue(f"is {a_type(raw)}, not text")
     return raw  # Kept whole: a 10k-character caption is stored as it is; only terminals cut it.
 
 
@@ -125,7 +149,7 @@ def _items(raw: Any, separator: str) -> list[Any]:
                 raise BadValue("is not a JSON array")
             return parsed
         return text.split(separator)
-    raise BadValue(f"is a {type(raw).__name__}, not a list")
+    raise BadValue(f"is {a_type(raw)}, not a list")
 
 
 def _labels(raw: Any, separator: str) -> tuple[str, ...]:
@@ -133,9 +157,9 @@ def _labels(raw: Any, separator: str) -> tuple[str, ...]:
     labels = []
     for item in items:
         if not isinstance(item, str):
-            raise BadValue(f"holds a {type(item).__name__}, not a label")
+            raise BadValue(f"holds {a_type(item)}, not a label")
         label = item.strip()
-        if not label:
+        if is_blank(label):
             raise BadValue("holds an empty label (a separator at an edge or twice in a row)")
         bad = next((char for char in label if char in LABEL_BREAKERS), None)
         if bad is not None:

@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from beam_pipeline.common import terminal
 from beam_pipeline.common.redact import redact_url
 from beam_pipeline.inputs import file_urls, path_hints, tables, urls
-from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value, quoted
+from beam_pipeline.inputs.cells import (
+    DEFAULT_LIST_SEPARATOR,
+    LABEL_BREAKERS,
+    BadValue,
+    a_type,
+    cell_value,
+    is_blank,
+    quoted,
+)
 from tf_serving_input import failures
 from tf_serving_input.columns import BOXES, LABELS, Column, FeatureSpec, Value
 
@@ -272,8 +280,8 @@ def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, 
             for at in text_at:
                 text = tables.text_cell(cells[at])
                 if text is None and untext is None:
-                    untext = (failures.BAD_VALUE, f"column {names[at]!r}: {quoted(cells[at])} is a "
-                                                  f"{type(cells[at]).__name__}, not text")
+                    untext = (failures.BAD_VALUE, f"column {names[at]!r}: {quoted(cells[at])} is "
+                                                  f"{a_type(cells[at])}, not text")
                 texts[at] = text or ""
         row = _make_row(path, texts, line, index, path_at, None if kept.features.multi_label else label_at,
                         split_at, table.where)
@@ -284,9 +292,10 @@ def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, 
             row = dataclasses.replace(row, failure=untext)
         written = texts[label_at] if label_at is not None and label_at < len(texts) else ""
         split_text = texts[split_at] if split_at is not None and split_at < len(texts) else ""
+        split_blank = is_blank(split_text)
         index += 1
-        yield _Read(row, cells, file.format, written, split_at is not None and not split_text.strip(),
-                    split_text.strip() != row.split and bool(split_text.strip()))
+        yield _Read(row, cells, file.format, written, split_at is not None and split_blank,
+                    not split_blank and split_text.strip() != row.split)
 
 
 def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: int, label_at: int | None,
@@ -294,7 +303,8 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     def cell(at: int | None) -> str:
         return cells[at] if at is not None and at < len(cells) else ""
 
-    split = cell(split_at).strip() or DEFAULT_SPLIT
+    split = cell(split_at).strip()
+    split = DEFAULT_SPLIT if is_blank(split) else split
     if not _SPLIT_NAME.match(split):
         raise CsvError(f"{csv_path}: {where} {line}: split '{terminal.shown(split)}' is not a valid split name "
                        "(letters, digits, '_' and '-' only)")
@@ -302,7 +312,9 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     # As split cells are: 'cat ' and ' cat' are the class 'cat', and a blank cell is unlabeled, not a class.
     # Stripped first, so that a line break at a label's edge ("cat\n", a stray CR) goes with the other
     # whitespace (str.strip takes every breaker but NUL) instead of refusing the whole CSV.
+    # A cell of only invisible characters (a zero-width space) is blank too (`cells.is_blank`): no class no one sees.
     label = cell(label_at).strip()
+    label = "" if is_blank(label) else label
     bad = next((char for char in label if char in LABEL_BREAKERS), None)
     if bad is not None:
         why = ("the database's text cannot hold NUL" if bad == "\x00"

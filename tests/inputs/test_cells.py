@@ -42,6 +42,15 @@ def test_a_cell_not_of_its_type_is_a_bad_value_naming_the_column(column, raw, wo
     assert f"column {column.name!r}" in str(error.value) and words in str(error.value)
 
 
+@pytest.mark.parametrize("column, raw, words", [
+    (TEXT, 3, "is an int, not text"), (LABELS, [1], "holds an int, not a label"), (FLOAT, [1.5], "is a list"),
+    (INT, {"a": 1}, "is a dict, not an int"),
+])
+def test_a_value_of_another_type_is_named_with_its_article(column, raw, words):
+    with pytest.raises(BadValue, match=words):
+        cell_value(column, raw, "|")
+
+
 def test_a_bad_cell_is_quoted_escaped_and_cut():
     with pytest.raises(BadValue) as error:
         cell_value(INT, "\x00\n" + "9" * 500, "|")
