@@ -3,6 +3,7 @@
     spec = load_feature_spec(output_dir)                       # features.json (tf_serving_input.columns)
     parsed = tf.io.parse_single_example(record, parse_spec(spec))
 
+`load_feature_spec` (`tf_serving_input.columns`, no TensorFlow) reads features.json checked against the manifest.
 `parse_spec` gives a `tf.io.VarLenFeature` for every key of every kept column (and for
 `label/text` in a multi-label run): a missing value is an absent feature, so every key
 may hold no value. The reader (`reader.make_dataset(..., columns=[...])`) parses with the
@@ -14,10 +15,7 @@ same spec and turns a batch's sparse values into model inputs with the functions
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import tensorflow as tf
 
@@ -29,13 +27,12 @@ from tf_serving_input.columns import (
     INT,
     LABELS,
     TEXT,
-    ColumnError,
     FeatureSpec,
+    load_feature_spec,
 )
 
 __all__ = ["DTYPES", "boxes", "load_feature_spec", "multi_hot", "numbers", "parse_spec", "ragged",
            "texts", "zscore"]
-from tf_serving_input.layout import OutputLayout, read_text
 
 DTYPES = {INT: tf.int64, FLOAT: tf.float32, TEXT: tf.string, LABELS: tf.string, FLOATS: tf.float32,
           BOXES: tf.float32}
@@ -51,28 +48,6 @@ def parse_spec(spec: FeatureSpec) -> dict[str, tf.io.VarLenFeature]:
     if spec.multi_label:
         parsed[features.LABEL_TEXT] = tf.io.VarLenFeature(tf.string)
     return parsed
-
-
-def load_feature_spec(output_dir: str, manifest: Mapping[str, Any] | None = None) -> FeatureSpec:
-    """The run's kept columns, from its features.json, checked against its manifest.
-
-    A run written before features.json existed keeps no columns: its spec is the manifest's (none, single
-    label). A features.json that disagrees with the manifest's configuration (what the run's fingerprint
-    and a resume trust) is refused with a ColumnError naming the file.
-    """
-    manifest = OutputLayout(output_dir).load_manifest() if manifest is None else manifest
-    recorded = manifest.get("config", {}).get("features")
-    expected = FeatureSpec() if recorded is None else FeatureSpec.from_json(recorded)
-    path = OutputLayout(output_dir).features_file
-    if not tf.io.gfile.exists(path):
-        return expected
-    try:
-        found = FeatureSpec.from_json(json.loads(read_text(path)))
-    except ValueError as error:  # JSONDecodeError and ColumnError.
-        raise ColumnError(f"{path}: {error}") from None
-    if found != expected:
-        raise ColumnError(f"{path} does not match the run's manifest (config.features): was it changed by hand?")
-    return found
 
 
 def _filled(values: tf.SparseTensor, default: float | str) -> tf.Tensor:

@@ -235,6 +235,11 @@ class PreprocessLauncher(Launcher):
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
+        if columns is not None:  # Every reader checks column_stats.json against it, as shards are checked.
+            from beam_pipeline.common.files import file_digest
+            from tf_serving_input.column_stats import MANIFEST_KEY
+
+            manifest[MANIFEST_KEY] = file_digest(layout.column_stats_file)
         timing = step_timing.summarize(statuses, job.steps) if job.steps else None
         if timing is not None:
             manifest[step_timing.MANIFEST_KEY] = timing

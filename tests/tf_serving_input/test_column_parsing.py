@@ -78,7 +78,7 @@ def test_features_json_is_trusted_only_as_the_manifest_records_it(tmp_path):
     changed = FeatureSpec((Column("score", "int"),)).dumps()
     with pytest.raises(ColumnError, match="features.json does not match the run's manifest"):
         column_parsing.load_feature_spec(_run(tmp_path / "c", spec, changed))
-    with pytest.raises(ColumnError, match="features.json: "):
+    with pytest.raises(ColumnError, match="features.json is not valid JSON"):
         column_parsing.load_feature_spec(_run(tmp_path / "d", spec, "{"))
 
 
