@@ -8,7 +8,8 @@
 `label/text` in a multi-label run): a missing value is an absent feature, so every key
 may hold no value. The reader (`reader.make_dataset(..., columns=[...])`) parses with the
 same spec and turns a batch's sparse values into model inputs with the functions below:
-`numbers` (float32 [B], NaN where missing), `texts` (string [B], '' where missing),
+`integers` (an int column: int64 [B], `MISSING_INT` where missing), `numbers` (a float column:
+float32 [B], NaN where missing), `texts` (string [B], '' where missing),
 `multi_hot` (float32 [B, V] in vocabulary order), `ragged` (floats, box classes) and
 `boxes` (float32 ragged [B, None, 4]). `zscore` standardizes numbers with a mean and std.
 """
@@ -26,13 +27,14 @@ from tf_serving_input.columns import (
     FLOATS,
     INT,
     LABELS,
+    MISSING_INT,
     TEXT,
     FeatureSpec,
     load_feature_spec,
 )
 
-__all__ = ["DTYPES", "boxes", "load_feature_spec", "multi_hot", "numbers", "parse_spec", "ragged",
-           "texts", "zscore"]
+__all__ = ["DTYPES", "MISSING_INT", "boxes", "integers", "load_feature_spec", "multi_hot", "numbers", "parse_spec",
+           "ragged", "texts", "zscore"]
 
 DTYPES = {INT: tf.int64, FLOAT: tf.float32, TEXT: tf.string, LABELS: tf.string, FLOATS: tf.float32,
           BOXES: tf.float32}
@@ -50,15 +52,22 @@ def parse_spec(spec: FeatureSpec) -> dict[str, tf.io.VarLenFeature]:
     return parsed
 
 
-def _filled(values: tf.SparseTensor, default: float | str) -> tf.Tensor:
+def _filled(values: tf.SparseTensor, default: float | str | int) -> tf.Tensor:
     """The first value of each row of a [B, N] SparseTensor as a dense [B] tensor, `default` where none."""
     dense = tf.sparse.to_dense(values, default_value=default)
     padding = tf.fill([tf.shape(dense)[0], 1], tf.constant(default, dense.dtype))
     return tf.concat([dense, padding], axis=1)[:, 0]  # N may be 0: every value of the batch missing.
 
 
+def integers(values: tf.SparseTensor) -> tf.Tensor:
+    """An int column's [B, N] SparseTensor -> int64 [B], exact (an id over 2**24 is not rounded to a float32),
+    `MISSING_INT` where the value is missing (no int is: the job refuses that one value as a cell)."""
+    return _filled(values, MISSING_INT)
+
+
 def numbers(values: tf.SparseTensor) -> tf.Tensor:
-    """An int or float column's [B, N] SparseTensor -> float32 [B], NaN where the value is missing."""
+    """A float column's (or a z-scored int column's) [B, N] SparseTensor -> float32 [B], NaN where the value is
+    missing."""
     as_float = tf.SparseTensor(values.indices, tf.cast(values.values, tf.float32), values.dense_shape)
     return _filled(as_float, math.nan)
 

@@ -44,6 +44,10 @@ FEATURES_VERSION = 1
 # A column's name is at most this long: it becomes a feature key, an Arrow field, a JSON key in the database.
 MAX_NAME_CHARS = 64
 
+# An int column's missing value where a dense batch needs one (`column_parsing.integers`): int64's least value,
+# so that no cell may hold it (`beam_pipeline/inputs/cells.py` refuses it as out of range).
+MISSING_INT = -(2 ** 63)
+
 Box = tuple[float, float, float, float]
 Value = Union[int, float, str, tuple[str, ...], tuple[float, ...], tuple[Box, ...]]
 

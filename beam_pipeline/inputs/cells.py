@@ -20,7 +20,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Box, Column, Value
+from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, MISSING_INT, TEXT, Box, Column, Value
 
 DEFAULT_LIST_SEPARATOR = "|"
 # What a label may not hold: TFT's vocabulary file is one label per line (TFT drops such tokens silently),
@@ -30,7 +30,8 @@ LABEL_BREAKERS = {"\x00": "a NUL byte", "\n": "a line break", "\r": "a carriage 
                   "\x1d": "a group separator", "\x1e": "a record separator", "\x85": "a next-line character",
                   "\u2028": "a line separator", "\u2029": "a paragraph separator"}
 FLOAT32_MAX = 3.4028234663852886e38
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+# int64's least value is the reader's mark of a missing int (`columns.MISSING_INT`): no cell may hold it.
+INT64_MIN, INT64_MAX = MISSING_INT + 1, 2 ** 63 - 1
 # How much of a bad cell errors.jsonl quotes.
 SHOWN_CHARS = 80
 
@@ -107,7 +108,7 @@ def _int(raw: Any, separator: str) -> int:
     elif not isinstance(raw, int):
         raise BadValue(f"is {a_type(raw)}, not an int")
     if not INT64_MIN <= raw <= INT64_MAX:
-        raise BadValue("is out of the int64 range")
+        raise BadValue("is out of the int64 range (its least value, -2**63, marks a missing int in a batch)")
     return raw
 
 
