@@ -269,7 +269,9 @@ def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, 
         raise CsvError(f"{path}: {where}: --column {terminal.shown(missing[0])} is not a column of the list; its "
                        f"columns: {shown_names}")
     kept_at = tuple((column, names.index(column.name)) for column in kept.features.columns)
-    text_at = tuple(at for at in (path_at, label_at, split_at) if at is not None)
+    # A multi-label list's label cell is its labels (a list in Parquet or JSON Lines), typed with the kept columns.
+    text_at = tuple(at for at in (path_at, None if kept.features.multi_label else label_at, split_at)
+                    if at is not None)
     typed = file.format in (tables.JSONL, tables.PARQUET)
     index = first_index
     for line, cells in table.records:
