@@ -111,13 +111,15 @@ def fetched_this_run(totals, built, shards):
     return {"urls": totals["urls"], **this_run}
 
 
-def list_summary_rows(csv_summary):
-    """The closing summary's lines on the list: rows per format read, rows failed as bad_value, discarded and
-    blank-split rows (each only when there is one)."""
+def list_summary_rows(csv_summary, manifest):
+    """The closing summary's lines on the list: rows per format read, rows failed as bad_value (the manifest's
+    count: the pipeline types the cells, the launcher's check does not), discarded and blank-split rows (each only
+    when there is one)."""
     formats = ", ".join(f"{fmt} {rows}" for fmt, rows in csv_summary.rows_per_format.items())
     lines = [("list rows", f"{csv_summary.rows + csv_summary.discarded} read ({formats})")]
-    if csv_summary.bad_values:
-        lines.append(("bad values", f"{csv_summary.bad_values} rows failed as bad_value (errors.jsonl names the cell)"))
+    bad_values = manifest.get("failed_by_reason", {}).get("bad_value", 0)
+    if bad_values:
+        lines.append(("bad values", f"{bad_values} rows failed as bad_value (errors.jsonl names the cell)"))
     if csv_summary.discarded:
         lines.append(("discarded", f"{csv_summary.discarded} rows of the split 'discard', not written"))
     if csv_summary.blank_splits:
@@ -251,7 +253,7 @@ class PreprocessLauncher(Launcher):
         report.write_outputs(layout, manifest, failures)
         if FileSystems.exists(layout.tft_temp_dir):
             FileSystems.delete([layout.tft_temp_dir])
-        terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary)
+        terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary, manifest)
                                               + column_report.summary_rows(columns)
                                               + step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)

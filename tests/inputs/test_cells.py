@@ -84,7 +84,7 @@ def test_csv_rows_carry_their_kept_columns_and_a_bad_cell_fails_its_row_unread(t
     assert bad.failure == (failures.BAD_VALUE, "column 'score': 'high' is not a float")
     assert rows.failure_of(bad) == failures.RowFailure(failures.BAD_VALUE, "column 'score': 'high' is not a float")
     summary = rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept)
-    assert summary.bad_values == 1
+    assert not hasattr(summary, "bad_values")  # The check types no cell: the pipeline does, once (the manifest counts).
     # A multi-label row's label cell is its labels: none was "blank" or "stripped" (the summary said 3 blank).
     assert summary.labels_blank == 0 and summary.labels_stripped == 0
 
@@ -109,3 +109,19 @@ def test_box_classes_that_do_not_match_the_boxes_one_for_one_fail_the_row(tmp_pa
     for row, words in ((two_one, "2 boxes and 1 class"), (one_two, "1 box and 2 classes"),
                        (none_one, "0 boxes and 1 class")):
         assert row.failure[0] == failures.BAD_VALUE and words in row.failure[1], row.failure
+
+
+def test_the_launchers_check_types_no_cell_and_the_rows_type_each_once(tmp_path, monkeypatch):
+    """Speed: the launcher's check (summarize_csv) typed every kept cell, and the pipeline's read typed it again."""
+    csv_path = tmp_path / "list.csv"
+    imaging.write_csv(csv_path, ["path", "label", "score", "tags"], [["a.png", "cat|dog", "0.5", "x|y"],
+                                                                     ["b.png", "dog", "high", ""]])
+    kept = rows.ColumnReading(FeatureSpec(columns=(FLOAT, Column("tags", "labels")), multi_label=True))
+    typed = []
+    real = rows.cell_value
+    monkeypatch.setattr(rows, "cell_value", lambda column, raw, separator: typed.append(raw) or real(
+        column, raw, separator))
+    summary = rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept)
+    assert summary.rows == 2 and typed == []
+    assert [row.failure[:1] for row in rows.iter_rows(str(csv_path), rows.CsvColumns(), kept)] == [(), ("bad_value",)]
+    assert sorted(typed) == sorted(["0.5", "x|y", "cat|dog", "high"])  # Each cell once (a bad one ends its row's).
