@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import hashlib
 import math
 import posixpath
@@ -194,7 +195,16 @@ def resolve_path(source: str, csv_path: str) -> str:
         return f"{base.rstrip('/')}/{source}"
     import os  # Local CSV: the OS decides what a folder is.
 
-    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(csv_path)), source))
+    folder = _folder_of(csv_path) if csv_path.startswith("/") else os.path.dirname(os.path.abspath(csv_path))
+    return os.path.normpath(os.path.join(folder, source))
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_of(absolute_path: str) -> str:
+    """The folder of an absolute local path, worked out once per list file (it was a third of a row's path)."""
+    import os
+
+    return os.path.dirname(os.path.normpath(absolute_path))
 
 
 class _Read:
@@ -390,7 +400,8 @@ def row_keys(csv_path: str, columns: CsvColumns = CsvColumns(), kept: ColumnRead
 
     Raises CsvError as `summarize_csv` does (a list with a header and no rows included).
     """
-    keys = [row.key for row in iter_rows(csv_path, columns, kept) if not is_discarded(row)]
+    # Keys need no typed cell: the check's pass, which types none (`summarize_csv`).
+    keys = [read.row.key for read in _read(csv_path, columns, kept, convert=False) if not is_discarded(read.row)]
     if not keys:
         raise CsvError(f"{csv_path}: the list has a header but no data rows")
     return keys
