@@ -309,7 +309,8 @@ def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, 
         # A split cell read as DEFAULT_SPLIT that does not say it was blank (or invisible: `cells.is_blank`).
         split_blank = split_at is not None and row.split == DEFAULT_SPLIT and split_text.lower() != DEFAULT_SPLIT
         index += 1
-        yield _Read(row, cells, file.format, written, split_blank, not split_blank and split_text != row.split)
+        yield _Read(row, cells, file.format, written, split_blank,
+                    bool(split_text) and not split_blank and split_text != row.split)
 
 
 def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: int, label_at: int | None,

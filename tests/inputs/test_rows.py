@@ -150,3 +150,8 @@ def test_a_cell_of_only_invisible_characters_is_blank_as_a_blank_cell_is(tmp_pat
     assert cell_value(Column("tags", "labels"), "\u2060", "|") is None
     with pytest.raises(ValueError, match="empty label"):
         cell_value(Column("tags", "labels"), "cat|\u200b", "|")
+
+
+def test_a_list_without_a_split_column_folds_and_blanks_no_split(tmp_path):
+    summary = source.summarize_csv(write(tmp_path, "path,label\na.jpg,cat\nb.jpg,\n"))
+    assert (summary.splits_folded, summary.blank_splits) == (0, 0)
