@@ -174,9 +174,9 @@ def columns_job(tmp_path_factory):
         ["i2.png", "", "train", "1e3", "b\u202e|c d", "0 0 1 1", "car", ""],
         ["i3.png", "cat", "validation", "7", "z", "", "", "5"],
         ["i4.png", "cat|x y", "train", "-2.25", "", "[[0,0,0.5,0.5]]", "car", "9007199254740993"],
-        # A label of a zero-width space alone (not whitespace to strip: TFT keeps it), one holding the ':' that
-        # joins a column's index to its labels in the graph's vocabulary.
-        ["i5.png", "cat", "train", "0.1", "a|\u200b|x:y", "", "", "-3"],
+        # A label holding a zero-width space (not whitespace to strip: TFT keeps it; one of it alone is blank, a bad
+        # value), one holding the ':' that joins a column's index to its labels in the graph's vocabulary.
+        ["i5.png", "cat", "train", "0.1", "a|z\u200b|x:y", "", "", "-3"],
         ["missing.png", "cat", "train", "0.1", "a", "", "", "-3"],
         ["i6.png", "cat", "train", "abc", "a", "", "", "-3"],  # A bad float: the row fails as bad_value.
     ]

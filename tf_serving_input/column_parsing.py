@@ -3,21 +3,20 @@
     spec = load_feature_spec(output_dir)                       # features.json (tf_serving_input.columns)
     parsed = tf.io.parse_single_example(record, parse_spec(spec))
 
+`load_feature_spec` (`tf_serving_input.columns`, no TensorFlow) reads features.json checked against the manifest.
 `parse_spec` gives a `tf.io.VarLenFeature` for every key of every kept column (and for
 `label/text` in a multi-label run): a missing value is an absent feature, so every key
 may hold no value. The reader (`reader.make_dataset(..., columns=[...])`) parses with the
 same spec and turns a batch's sparse values into model inputs with the functions below:
-`numbers` (float32 [B], NaN where missing), `texts` (string [B], '' where missing),
+`integers` (an int column: int64 [B], `MISSING_INT` where missing), `numbers` (a float column:
+float32 [B], NaN where missing), `texts` (string [B], '' where missing),
 `multi_hot` (float32 [B, V] in vocabulary order), `ragged` (floats, box classes) and
 `boxes` (float32 ragged [B, None, 4]). `zscore` standardizes numbers with a mean and std.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import tensorflow as tf
 
@@ -28,14 +27,14 @@ from tf_serving_input.columns import (
     FLOATS,
     INT,
     LABELS,
+    MISSING_INT,
     TEXT,
-    ColumnError,
     FeatureSpec,
+    load_feature_spec,
 )
 
-__all__ = ["DTYPES", "boxes", "load_feature_spec", "multi_hot", "numbers", "parse_spec", "ragged",
-           "texts", "zscore"]
-from tf_serving_input.layout import OutputLayout, read_text
+__all__ = ["DTYPES", "MISSING_INT", "boxes", "integers", "load_feature_spec", "multi_hot", "numbers", "parse_spec",
+           "ragged", "texts", "zscore"]
 
 DTYPES = {INT: tf.int64, FLOAT: tf.float32, TEXT: tf.string, LABELS: tf.string, FLOATS: tf.float32,
           BOXES: tf.float32}
@@ -53,37 +52,22 @@ def parse_spec(spec: FeatureSpec) -> dict[str, tf.io.VarLenFeature]:
     return parsed
 
 
-def load_feature_spec(output_dir: str, manifest: Mapping[str, Any] | None = None) -> FeatureSpec:
-    """The run's kept columns, from its features.json, checked against its manifest.
-
-    A run written before features.json existed keeps no columns: its spec is the manifest's (none, single
-    label). A features.json that disagrees with the manifest's configuration (what the run's fingerprint
-    and a resume trust) is refused with a ColumnError naming the file.
-    """
-    manifest = OutputLayout(output_dir).load_manifest() if manifest is None else manifest
-    recorded = manifest.get("config", {}).get("features")
-    expected = FeatureSpec() if recorded is None else FeatureSpec.from_json(recorded)
-    path = OutputLayout(output_dir).features_file
-    if not tf.io.gfile.exists(path):
-        return expected
-    try:
-        found = FeatureSpec.from_json(json.loads(read_text(path)))
-    except ValueError as error:  # JSONDecodeError and ColumnError.
-        raise ColumnError(f"{path}: {error}") from None
-    if found != expected:
-        raise ColumnError(f"{path} does not match the run's manifest (config.features): was it changed by hand?")
-    return found
-
-
-def _filled(values: tf.SparseTensor, default: float | str) -> tf.Tensor:
+def _filled(values: tf.SparseTensor, default: float | str | int) -> tf.Tensor:
     """The first value of each row of a [B, N] SparseTensor as a dense [B] tensor, `default` where none."""
     dense = tf.sparse.to_dense(values, default_value=default)
     padding = tf.fill([tf.shape(dense)[0], 1], tf.constant(default, dense.dtype))
     return tf.concat([dense, padding], axis=1)[:, 0]  # N may be 0: every value of the batch missing.
 
 
+def integers(values: tf.SparseTensor) -> tf.Tensor:
+    """An int column's [B, N] SparseTensor -> int64 [B], exact (an id over 2**24 is not rounded to a float32),
+    `MISSING_INT` where the value is missing (no int is: the job refuses that one value as a cell)."""
+    return _filled(values, MISSING_INT)
+
+
 def numbers(values: tf.SparseTensor) -> tf.Tensor:
-    """An int or float column's [B, N] SparseTensor -> float32 [B], NaN where the value is missing."""
+    """A float column's (or a z-scored int column's) [B, N] SparseTensor -> float32 [B], NaN where the value is
+    missing."""
     as_float = tf.SparseTensor(values.indices, tf.cast(values.values, tf.float32), values.dense_shape)
     return _filled(as_float, math.nan)
 

@@ -46,6 +46,8 @@ from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT, Fe
 
 VERSION = 1
 FILE = "column_stats.json"
+# The manifest's record of the file's SHA-256 (written after it), checked by every read (`read_document`).
+MANIFEST_KEY = "column_stats_sha256"
 
 # The transform graph's names (raw features, outputs, vocabulary assets): by index, never a column's name.
 RAW_IMAGES = "images"  # 1 for an image's row, 0 for a shard's row of moment totals.
@@ -193,21 +195,34 @@ def dumps(value: Mapping[str, Any]) -> str:
     return json.dumps(value, ensure_ascii=False, indent=2) + "\n"
 
 
-def read_document(run_dir: str) -> dict[str, Any] | None:
-    """The whole column_stats.json of a finished run, or None when the run wrote none (it keeps no column)."""
-    from tf_serving_input.layout import OutputLayout, exists, read_text
+def read_document(run_dir: str, manifest: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """The whole column_stats.json of a finished run, or None when the run wrote none (it keeps no column).
 
-    path = OutputLayout(run_dir).column_stats_file
+    Checked against the SHA-256 the run's manifest records of it (`MANIFEST_KEY`; a run of an earlier version
+    recorded none), as every shard is: a changed digit is still JSON. ValueError naming the file, in one line,
+    when it is damaged."""
+    import hashlib
+
+    from tf_serving_input.layout import OutputLayout, exists, read_bytes
+
+    layout = OutputLayout(run_dir)
+    path = layout.column_stats_file
     if not exists(path):
         return None
+    data = read_bytes(path)
+    recorded = (layout.load_manifest() if manifest is None else manifest).get(MANIFEST_KEY)
+    if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+        raise ValueError(f"{path} does not match the SHA-256 the run's manifest records of it ({MANIFEST_KEY}): the "
+                         "run's column statistics are damaged or were changed; the same command resumes the run and "
+                         "writes them again")
     try:
-        data = json.loads(read_text(path))
+        document = json.loads(data.decode("utf-8"))
     except ValueError as error:  # Damaged (a flipped byte, a cut copy): say which file, in one line.
         raise ValueError(f"{path} is not valid JSON ({error}): the run's column statistics are damaged; the same "
                          "command resumes the run and writes them again") from None
-    if not isinstance(data, dict) or data.get("version") != VERSION:
+    if not isinstance(document, dict) or document.get("version") != VERSION:
         raise ValueError(f"{path} is not version {VERSION} of the column statistics")
-    return data
+    return document
 
 
 def load_column_stats(run_dir: str) -> dict[str, dict[str, Any]]:

@@ -44,6 +44,10 @@ FEATURES_VERSION = 1
 # A column's name is at most this long: it becomes a feature key, an Arrow field, a JSON key in the database.
 MAX_NAME_CHARS = 64
 
+# An int column's missing value where a dense batch needs one (`column_parsing.integers`): int64's least value,
+# so that no cell may hold it (`beam_pipeline/inputs/cells.py` refuses it as out of range).
+MISSING_INT = -(2 ** 63)
+
 Box = tuple[float, float, float, float]
 Value = Union[int, float, str, tuple[str, ...], tuple[float, ...], tuple[Box, ...]]
 
@@ -152,15 +156,60 @@ class FeatureSpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FeatureSpec:
-        """The spec features.json holds; ColumnError when it is not one this version writes."""
+        """The spec features.json holds; ColumnError when it is not one this version writes (a value of the
+        wrong JSON type included: a name that is not a string, a multi_label that is not true or false)."""
         if not isinstance(data, Mapping) or data.get("version") != FEATURES_VERSION:
             raise ColumnError(f"{FEATURES_FILE} is not version {FEATURES_VERSION} of the features file")
-        try:
-            columns = tuple(Column(str(entry["name"]), str(entry["type"]), bool(entry.get("box_classes", False)))
-                            for entry in data.get("columns", []))
-        except (KeyError, TypeError) as error:
-            raise ColumnError(f"{FEATURES_FILE}: a column entry lacks {error}") from None
-        return cls(columns=check_columns(columns), multi_label=bool(data.get("multi_label", False)))
+        entries, multi_label = data.get("columns", []), data.get("multi_label", False)
+        if not isinstance(entries, list) or not isinstance(multi_label, bool):
+            raise ColumnError(f"{FEATURES_FILE}: 'columns' must be a list and 'multi_label' true or false")
+        columns = []
+        for entry in entries:
+            if not (isinstance(entry, Mapping) and isinstance(entry.get("name"), str)
+                    and isinstance(entry.get("type"), str) and isinstance(entry.get("box_classes", False), bool)):
+                raise ColumnError(f"{FEATURES_FILE}: a column entry is not an object with a string name and type")
+            column = Column(entry["name"], entry["type"], entry.get("box_classes", False))
+            if "keys" in entry and entry["keys"] != list(column.keys):  # What a reader that knows no rules reads.
+                raise ColumnError(f"{FEATURES_FILE}: column {column.name!r} lists keys {entry['keys']!r}, not its "
+                                  f"keys {list(column.keys)!r}")
+            columns.append(column)
+        return cls(columns=check_columns(columns), multi_label=multi_label)
+
+
+def load_feature_spec(output_dir: str, manifest: Mapping[str, Any] | None = None) -> FeatureSpec:
+    """The run's kept columns, from its features.json, checked against its manifest; no TensorFlow.
+
+    A run written before features.json existed keeps no columns: its spec is the manifest's (none, single
+    label). A features.json that is damaged (not JSON, a value of the wrong type) or says anything else than
+    the manifest's configuration records (what the run's fingerprint and a resume trust; compared in full, so
+    that one changed byte of a key is caught too) is refused with a ColumnError naming the file, in one line.
+    """
+    from tf_serving_input.layout import OutputLayout, exists, read_text  # layout imports this module.
+
+    layout = OutputLayout(output_dir)
+    manifest = layout.load_manifest() if manifest is None else manifest
+    recorded = manifest.get("config", {}).get("features")
+    expected = FeatureSpec() if recorded is None else FeatureSpec.from_json(recorded)
+    path = layout.features_file
+    if not exists(path):
+        return expected
+    try:
+        data = json.loads(read_text(path))
+    except ValueError as error:  # A flipped byte, a cut copy, bytes that are not UTF-8.
+        raise ColumnError(f"{path} is not valid JSON ({_first_line(error)}): the run's features file is damaged; "
+                          f"its content is the manifest's config.features") from None
+    try:
+        found = FeatureSpec.from_json(data)
+    except ColumnError as error:
+        raise ColumnError(f"{path}: {str(error).removeprefix(FEATURES_FILE + ': ')}") from None
+    if found != expected or data != expected.to_json():
+        raise ColumnError(f"{path} does not match the run's manifest (config.features): damaged, or changed by hand?")
+    return found
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:200] if text else type(error).__name__
 
 
 # A multi-label record's labels as one text, where one text is all a consumer holds (the quality job's signals,

@@ -68,6 +68,18 @@ def read_text(path: str) -> str:
         return f.read()
 
 
+def read_bytes(path: str) -> bytes:
+    """The bytes of a file (to check a digest): locally with Python's open, elsewhere with TensorFlow's gfile."""
+    if is_local(path):
+        with open(path.removeprefix("file://"), "rb") as f:
+            return f.read()
+    import tensorflow as tf
+
+    with tf.io.gfile.GFile(path, "rb") as f:
+        data: bytes = f.read()
+        return data
+
+
 def exists(path: str) -> bool:
     """Whether a file is there: locally with os.path, elsewhere with TensorFlow's gfile."""
     if is_local(path):

@@ -160,13 +160,15 @@ def make_dataset(output_dir: str, split: str = "train", batch_size: int = 64, tr
       transform_output: a loaded `tft.TFTransformOutput` (loaded from output_dir if None).
       columns: kept columns to read (names from the run's features.json); given (even empty), each element
         is (images, dict): "label" (int64 ids [B] as without `columns`; in a multi-label run multi-hot
-        float32 [B, V] over the label vocabulary) and each named column: `int`/`float` float32 [B] (NaN
-        where missing), `text` string [B] ('' where missing), `labels` multi-hot float32 [B, V] over its
-        vocabulary in the run's statistics (the boxes' classes: their texts, ragged [B, None]), `floats`
-        float32 ragged [B, None], `boxes` float32 ragged [B, None, 4] (xmin, ymin, xmax, ymax).
-      zscore: numeric columns of `columns` to standardize per batch, (x - mean) / std
-        (`column_parsing.zscore`), with the mean and std of `column_statistics` or, for a column it
-        lacks, of the run's saved statistics (column_stats.json: `column_stats.load_column_stats`).
+        float32 [B, V] over the label vocabulary) and each named column: `int` int64 [B], exact
+        (`column_parsing.MISSING_INT`, -2**63, where missing), `float` float32 [B] (NaN where missing),
+        `text` string [B] ('' where missing), `labels` multi-hot float32 [B, V] over its vocabulary in the
+        run's statistics (the boxes' classes: their texts, ragged [B, None]), `floats` float32 ragged
+        [B, None], `boxes` float32 ragged [B, None, 4] (xmin, ymin, xmax, ymax).
+      zscore: numeric columns of `columns` to standardize per batch, (x - mean) / std as float32 (an int
+        column's too; a missing value NaN) (`column_parsing.zscore`), with the mean and std of
+        `column_statistics` or, for a column it lacks, of the run's saved statistics (column_stats.json:
+        `column_stats.load_column_stats`).
       column_statistics: {NAME: (mean, std)} for `zscore`, e.g. your own training set's.
 
     Labels are ids in the job's label vocabulary; unlabeled or unknown labels
@@ -331,8 +333,11 @@ class _ColumnReader:
             name = column.name
 
             def number(parsed: dict[str, Any]) -> tf.Tensor:
-                values = column_parsing.numbers(parsed[key])
-                return column_parsing.zscore(values, *self._moments[name]) if name in self._moments else values
+                if name in self._moments:  # Z-scored: float32, a missing value NaN.
+                    return column_parsing.zscore(column_parsing.numbers(parsed[key]), *self._moments[name])
+                if column.type == INT:  # Exact: int64, a missing value column_parsing.MISSING_INT.
+                    return column_parsing.integers(parsed[key])
+                return column_parsing.numbers(parsed[key])
             return number
         if column.type == TEXT:
             return lambda parsed: column_parsing.texts(parsed[key])

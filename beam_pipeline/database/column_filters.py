@@ -6,15 +6,16 @@
 The kept columns live in one `columns` jsonb object per image (`common/kept_columns.py`),
 so a column's name and the value compared are both query parameters: no user text ever
 becomes SQL. `=` matches a text value, a label among a labels list, or a number equal to
-the value; `<`, `<=`, `>`, `>=` compare numbers only (a row whose value is not a number,
+the value; `<`, `<=`, `>`, `>=` compare numbers only (exactly: as PostgreSQL's numeric, so an int64 id keeps
+every digit) (a row whose value is not a number,
 or that has no value, does not match).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 OPERATORS = ("<=", ">=", "<", ">", "=")
@@ -38,22 +39,25 @@ class ColumnFilter:
             text = sql.SQL("((columns -> %s) ? %s")
             parameters: list[Any] = [self.name, self.value]
             if number is not None:
-                text += sql.SQL(" OR (jsonb_typeof(columns -> %s) = 'number' AND (columns ->> %s)::float8 = %s)")
+                text += sql.SQL(" OR (jsonb_typeof(columns -> %s) = 'number' AND (columns ->> %s)::numeric = %s)")
                 parameters += [self.name, self.name, number]
             return text + sql.SQL(")"), parameters
-        return (sql.SQL("(jsonb_typeof(columns -> %s) = 'number' AND (columns ->> %s)::float8 {} %s)").format(
+        return (sql.SQL("(jsonb_typeof(columns -> %s) = 'number' AND (columns ->> %s)::numeric {} %s)").format(
             sql.SQL(self.op)), [self.name, self.name, number])
 
     def __str__(self) -> str:
         return f"{self.name}{self.op}{self.value}"
 
 
-def _number(text: str) -> float | None:
+def _number(text: str) -> Decimal | None:
+    """The value as an exact decimal (an int column's id over 2**53 included: compared as numeric, never as
+    float8), or None when it is not a finite number."""
     try:
-        value = float(text)
-    except ValueError:
+        value = Decimal(text.strip().replace("_", "x"))  # As cells.py reads a number: no '1_000'.
+    except InvalidOperation:
         return None
-    return value if math.isfinite(value) else None
+    # Beyond float's range (1e400) is no number, as before; PostgreSQL's numeric holds every such one.
+    return value if value.is_finite() and -400 <= value.adjusted() <= 400 else None
 
 
 def parse_where(text: str) -> ColumnFilter:

@@ -178,6 +178,24 @@ def typed_features(input_spec: str, input_format: str, requests: tuple[ColumnReq
     return build_features(tuple((name, kind or types[name], box) for name, kind, box in requests), label_column)
 
 
+# The name the reader's dict gives the run's label (`make_dataset(columns=...)`): no kept column may take it.
+READER_LABEL = "label"
+
+
+def reserved_column(name: str, args: argparse.Namespace, label_column: str) -> str | None:
+    """Why `name` cannot be a kept column because the job reads it as something else, or None: the list's path
+    or split column (each row's image and split), or 'label' beside another label column (the reader's name for
+    the run's label). The label column itself may be given, as ':labels' only (`build_features`)."""
+    for flag, role in (("path_column", "path"), ("split_column", "split")):
+        if name == getattr(args, flag, None):
+            return (f"{name!r} is the list's {role} column (--{flag}), read as each row's {role}; it cannot "
+                    "also be a kept column")
+    if name == READER_LABEL and name != label_column:
+        return (f"{name!r} is the reader's name for the run's label (make_dataset's columns dict); rename the "
+                "list's column")
+    return None
+
+
 def feature_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, label_column: str,
                  text_list: bool = False) -> FeatureSpec | None:
     """The FeatureSpec the `add_column_flags` flags give, or None when a column has no type yet (the list's
@@ -186,6 +204,10 @@ def feature_spec(parser: argparse.ArgumentParser, args: argparse.Namespace, labe
     if len(args.list_separator) != 1 or args.list_separator.isspace() or not args.list_separator.isprintable():
         parser.error("--list_separator must be one printable character that is not a space")
     requests = column_requests(args)
+    for value, (name, _, _) in zip(args.column, requests):
+        reserved = reserved_column(name, args, label_column)
+        if reserved:
+            parser.error(f"--column {value!r}: {reserved}")
     for value, request in zip(args.column, requests):
         if request[1] is None and text_list:
             typo = value.rpartition(":")[2] if ":" in value else ""

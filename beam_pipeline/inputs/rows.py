@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import hashlib
 import math
 import posixpath
@@ -21,7 +22,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 from beam_pipeline.common import storage_errors, terminal
 from beam_pipeline.common.redact import redact, redact_url
 from beam_pipeline.inputs import file_urls, path_hints, tables, urls
-from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR, LABEL_BREAKERS, BadValue, cell_value, quoted
+from beam_pipeline.inputs.cells import (
+    DEFAULT_LIST_SEPARATOR,
+    LABEL_BREAKERS,
+    BadValue,
+    a_type,
+    cell_value,
+    is_blank,
+    quoted,
+)
 from tf_serving_input import failures
 from tf_serving_input.columns import BOXES, LABELS, Column, FeatureSpec, Value
 
@@ -126,8 +135,6 @@ class CsvSummary:
     # stripped, and whitespace only (read as unlabeled).
     labels_stripped: int = 0
     labels_blank: int = 0
-    # Rows with a cell that is not of its kept column's type: they fail as bad_value, unread.
-    bad_values: int = 0
     # Data rows per format read (csv, tsv, jsonl, parquet); `rows` leaves out the discarded ones.
     rows_per_format: dict[str, int] = dataclasses.field(default_factory=dict)
     # Rows of the split 'discard' (never written), rows whose split cell was blank (they are DEFAULT_SPLIT),
@@ -188,7 +195,16 @@ def resolve_path(source: str, csv_path: str) -> str:
         return f"{base.rstrip('/')}/{source}"
     import os  # Local CSV: the OS decides what a folder is.
 
-    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(csv_path)), source))
+    folder = _folder_of(csv_path) if csv_path.startswith("/") else os.path.dirname(os.path.abspath(csv_path))
+    return os.path.normpath(os.path.join(folder, source))
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_of(absolute_path: str) -> str:
+    """The folder of an absolute local path, worked out once per list file (it was a third of a row's path)."""
+    import os
+
+    return os.path.dirname(os.path.normpath(absolute_path))
 
 
 class _Read:
@@ -229,15 +245,18 @@ def is_discarded(row: Row) -> bool:
     return row.split == DISCARD_SPLIT
 
 
-def _read(csv_path: str, columns: CsvColumns, kept: ColumnReading) -> Iterator[_Read]:
+def _read(csv_path: str, columns: CsvColumns, kept: ColumnReading, convert: bool = True) -> Iterator[_Read]:
+    """Every data row as read; `convert=False` leaves the kept columns' cells (and a multi-label row's labels)
+    untyped: the launcher's check needs none of them, and the pipeline types each cell once."""
     index = 0
     for file in tables.list_files(csv_path, kept.input_format):
-        for read in _read_file(file, columns, kept, index):
+        for read in _read_file(file, columns, kept, index, convert):
             index += 1
             yield read
 
 
-def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, first_index: int) -> Iterator[_Read]:
+def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, first_index: int,
+               convert: bool = True) -> Iterator[_Read]:
     table = tables.open_table(file)
     path, names, where = file.path, table.names, f"{table.where} {table.header_line}"
     if file.format == tables.PARQUET:
@@ -261,40 +280,48 @@ def _read_file(file: tables.ListFile, columns: CsvColumns, kept: ColumnReading, 
         raise CsvError(f"{path}: {where}: --column {terminal.shown(missing[0])} is not a column of the list; its "
                        f"columns: {shown_names}")
     kept_at = tuple((column, names.index(column.name)) for column in kept.features.columns)
-    text_at = tuple(at for at in (path_at, label_at, split_at) if at is not None)
-    typed = file.format in (tables.JSONL, tables.PARQUET)
+    # A multi-label list's label cell is its labels (a list in Parquet or JSON Lines), typed with the kept columns.
+    text_at = tuple(at for at in (path_at, None if kept.features.multi_label else label_at, split_at)
+                    if at is not None)
+    valued = file.format in (tables.JSONL, tables.PARQUET)  # Cells hold JSON's or Arrow's values, not text.
     index = first_index
     for line, cells in table.records:
         texts: list[Any] = cells
         untext = None
-        if typed:  # JSON's and Arrow's values: the path, label and split cells as text.
+        if valued:  # JSON's and Arrow's values: the path, label and split cells as text.
             texts = list(cells)
             for at in text_at:
                 text = tables.text_cell(cells[at])
                 if text is None and untext is None:
-                    untext = (failures.BAD_VALUE, f"column {names[at]!r}: {quoted(cells[at])} is a "
-                                                  f"{type(cells[at]).__name__}, not text")
+                    untext = (failures.BAD_VALUE, f"column {names[at]!r}: {quoted(cells[at])} is "
+                                                  f"{a_type(cells[at])}, not text")
                 texts[at] = text or ""
-        row = _make_row(path, texts, line, index, path_at, None if kept.features.multi_label else label_at,
-                        split_at, table.where)
-        if kept_at or kept.features.multi_label:
-            row = _with_columns(row, cells, kept_at, label_at if kept.features.multi_label else None,
-                                columns.label, kept.separator)
+        fields: dict[str, Any] = {}
+        if convert and (kept_at or kept.features.multi_label):
+            fields = _typed_columns(cells, kept_at, label_at if kept.features.multi_label else None, columns.label,
+                                    kept.separator)
         if untext is not None:
-            row = dataclasses.replace(row, failure=untext)
+            fields["failure"] = untext
+        row = _make_row(path, texts, line, index, path_at, None if kept.features.multi_label else label_at,
+                        split_at, table.where, fields)
         written = texts[label_at] if label_at is not None and label_at < len(texts) else ""
-        split_text = texts[split_at] if split_at is not None and split_at < len(texts) else ""
+        split_text = (texts[split_at] if split_at is not None and split_at < len(texts) else "").strip()
+        # A split cell read as DEFAULT_SPLIT that does not say it was blank (or invisible: `cells.is_blank`).
+        split_blank = split_at is not None and row.split == DEFAULT_SPLIT and split_text.lower() != DEFAULT_SPLIT
         index += 1
-        yield _Read(row, cells, file.format, written, split_at is not None and not split_text.strip(),
-                    split_text.strip() != row.split and bool(split_text.strip()))
+        yield _Read(row, cells, file.format, written, split_blank,
+                    bool(split_text) and not split_blank and split_text != row.split)
 
 
 def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: int, label_at: int | None,
-              split_at: int | None, where: str = "line") -> Row:
+              split_at: int | None, where: str = "line", fields: dict[str, Any] | None = None) -> Row:
+    """The Row of one record's text cells; `fields`: its kept columns' fields (`_typed_columns`), made with it
+    (dataclasses.replace after it was 7% of the read's CPU)."""
     def cell(at: int | None) -> str:
         return cells[at] if at is not None and at < len(cells) else ""
 
-    split = cell(split_at).strip() or DEFAULT_SPLIT
+    split = cell(split_at).strip()
+    split = DEFAULT_SPLIT if is_blank(split) else split
     if not _SPLIT_NAME.match(split):
         raise CsvError(f"{csv_path}: {where} {line}: split '{terminal.shown(split)}' is not a valid split name "
                        "(letters, digits, '_' and '-' only)")
@@ -302,7 +329,9 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     # As split cells are: 'cat ' and ' cat' are the class 'cat', and a blank cell is unlabeled, not a class.
     # Stripped first, so that a line break at a label's edge ("cat\n", a stray CR) goes with the other
     # whitespace (str.strip takes every breaker but NUL) instead of refusing the whole CSV.
+    # A cell of only invisible characters (a zero-width space) is blank too (`cells.is_blank`): no class no one sees.
     label = cell(label_at).strip()
+    label = "" if is_blank(label) else label
     bad = next((char for char in label if char in LABEL_BREAKERS), None)
     if bad is not None:
         why = ("the database's text cannot hold NUL" if bad == "\x00"
@@ -323,12 +352,13 @@ def _make_row(csv_path: str, cells: list[str], line: int, index: int, path_at: i
     else:
         path = resolve_path(source, csv_path) if source.strip() else ""
     return Row(index=index, line=line, source=source, path=path, label=label, split=split,
-               key=row_key(index, source), fetch_url=fetch_url)
+               key=row_key(index, source), fetch_url=fetch_url, **(fields or {}))
 
 
-def _with_columns(row: Row, cells: list[str], kept_at: tuple[tuple[Column, int], ...], labels_at: int | None,
-                  label_name: str, separator: str) -> Row:
-    """The row with its kept columns' values and, for a multi-label list, its labels; or failed as bad_value."""
+def _typed_columns(cells: list[Any], kept_at: tuple[tuple[Column, int], ...], labels_at: int | None,
+                   label_name: str, separator: str) -> dict[str, Any]:
+    """A row's Row fields from its kept columns: their values (`columns`) and, for a multi-label list, its
+    `labels`; or its `failure` as bad_value."""
     values: list[tuple[str, Any]] = []
     labels: tuple[str, ...] = ()
     try:
@@ -340,11 +370,11 @@ def _with_columns(row: Row, cells: list[str], kept_at: tuple[tuple[Column, int],
             cell = cells[labels_at] if labels_at < len(cells) else ""
             labels = cell_value(Column(label_name, LABELS), cell, separator) or ()  # type: ignore[assignment]
     except BadValue as error:
-        return dataclasses.replace(row, failure=(failures.BAD_VALUE, str(error)))
+        return {"failure": (failures.BAD_VALUE, str(error))}
     mismatch = _box_classes_mismatch(kept_at, dict(values))
     if mismatch:
-        return dataclasses.replace(row, failure=(failures.BAD_VALUE, mismatch))
-    return dataclasses.replace(row, columns=tuple(values), labels=labels)
+        return {"failure": (failures.BAD_VALUE, mismatch)}
+    return {"columns": tuple(values), "labels": labels}
 
 
 def _box_classes_mismatch(kept_at: tuple[tuple[Column, int], ...], values: dict[str, Any]) -> str | None:
@@ -371,7 +401,8 @@ def row_keys(csv_path: str, columns: CsvColumns = CsvColumns(), kept: ColumnRead
 
     Raises CsvError as `summarize_csv` does (a list with a header and no rows included).
     """
-    keys = [row.key for row in iter_rows(csv_path, columns, kept) if not is_discarded(row)]
+    # Keys need no typed cell: the check's pass, which types none (`summarize_csv`).
+    keys = [read.row.key for read in _read(csv_path, columns, kept, convert=False) if not is_discarded(read.row)]
     if not keys:
         raise CsvError(f"{csv_path}: the list has a header but no data rows")
     return keys
@@ -390,17 +421,20 @@ def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns(),
     """Reads the whole list once and returns a CsvSummary, or raises CsvError.
 
     This is the launcher's check before any work starts: a list that the
-    pipeline would choke on is refused here with the line that is wrong.
+    pipeline would choke on is refused here with the line that is wrong. The kept
+    columns' cells are not typed here (no cell of the right type can refuse a list):
+    the pipeline types each cell once, and a bad one fails its row as bad_value
+    (the manifest's `failed_by_reason` counts them). Typing them here too cost
+    about half of this pass's CPU on a list of five kept columns.
     """
     per_split: dict[str, int] = {}
     per_format: dict[str, int] = {}
-    rows = stripped = blank = bad_values = discarded = blank_splits = folded = 0
+    rows = stripped = blank = discarded = blank_splits = folded = 0
     has_label = has_split = False
-    for read in _read(csv_path, columns, kept):
+    for read in _read(csv_path, columns, kept, convert=False):
         row = read.row
         rows += 1
         per_format[read.format] = per_format.get(read.format, 0) + 1
-        bad_values += bool(row.failure)
         blank_splits += read.split_blank
         folded += read.split_folded
         if is_discarded(row):
@@ -419,7 +453,7 @@ def summarize_csv(csv_path: str, columns: CsvColumns = CsvColumns(),
     has_label, has_split = columns.label in header, columns.split in header
     return CsvSummary(rows=rows - discarded, rows_per_split=dict(sorted(per_split.items())),
                       has_label=has_label, has_split=has_split,
-                      labels_stripped=stripped, labels_blank=blank, bad_values=bad_values,
+                      labels_stripped=stripped, labels_blank=blank,
                       rows_per_format=dict(sorted(per_format.items())), discarded=discarded,
                       blank_splits=blank_splits, splits_folded=folded)
 

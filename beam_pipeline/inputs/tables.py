@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from beam_pipeline.common import terminal
 from beam_pipeline.common.launcher import InputRefused
+from beam_pipeline.inputs.cells import a_type
 from tf_serving_input.columns import BOXES, FLOAT, FLOATS, INT, LABELS, TEXT
 
 CSV, TSV, JSONL, PARQUET = "csv", "tsv", "jsonl", "parquet"
@@ -230,7 +231,7 @@ def _jsonl_table(path: str, raw: IO[bytes]) -> Table:
         except ValueError as error:
             raise ListError(f"{path}: line {number}: not JSON ({error})") from None
         if not isinstance(value, dict):
-            raise ListError(f"{path}: line {number}: a {type(value).__name__}, not a JSON object (one object per "
+            raise ListError(f"{path}: line {number}: {a_type(value)}, not a JSON object (one object per "
                             "line, its keys the columns)")
         return value
 

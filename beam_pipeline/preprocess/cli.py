@@ -111,13 +111,15 @@ def fetched_this_run(totals, built, shards):
     return {"urls": totals["urls"], **this_run}
 
 
-def list_summary_rows(csv_summary):
-    """The closing summary's lines on the list: rows per format read, rows failed as bad_value, discarded and
-    blank-split rows (each only when there is one)."""
+def list_summary_rows(csv_summary, manifest):
+    """The closing summary's lines on the list: rows per format read, rows failed as bad_value (the manifest's
+    count: the pipeline types the cells, the launcher's check does not), discarded and blank-split rows (each only
+    when there is one)."""
     formats = ", ".join(f"{fmt} {rows}" for fmt, rows in csv_summary.rows_per_format.items())
     lines = [("list rows", f"{csv_summary.rows + csv_summary.discarded} read ({formats})")]
-    if csv_summary.bad_values:
-        lines.append(("bad values", f"{csv_summary.bad_values} rows failed as bad_value (errors.jsonl names the cell)"))
+    bad_values = manifest.get("failed_by_reason", {}).get("bad_value", 0)
+    if bad_values:
+        lines.append(("bad values", f"{bad_values} rows failed as bad_value (errors.jsonl names the cell)"))
     if csv_summary.discarded:
         lines.append(("discarded", f"{csv_summary.discarded} rows of the split 'discard', not written"))
     if csv_summary.blank_splits:
@@ -235,6 +237,11 @@ class PreprocessLauncher(Launcher):
         runner = self.pipeline_options.view_as(StandardOptions).runner
         label_cells = {"stripped": csv_summary.labels_stripped, "blank": csv_summary.labels_blank}
         manifest, failures = report.build_manifest(job, statuses, statistics, wall_seconds, runner, label_cells)
+        if columns is not None:  # Every reader checks column_stats.json against it, as shards are checked.
+            from beam_pipeline.common.files import file_digest
+            from tf_serving_input.column_stats import MANIFEST_KEY
+
+            manifest[MANIFEST_KEY] = file_digest(layout.column_stats_file)
         timing = step_timing.summarize(statuses, job.steps) if job.steps else None
         if timing is not None:
             manifest[step_timing.MANIFEST_KEY] = timing
@@ -245,7 +252,7 @@ class PreprocessLauncher(Launcher):
         report.write_text(layout.features_file, job.features.dumps())
         report.write_outputs(layout, manifest, failures)
         delete_tree([layout.tft_temp_dir])  # A folder: on gs:// only a prefix, which FileSystems.exists misses.
-        terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary)
+        terminal.result(report.format_summary(manifest, layout, list_summary_rows(csv_summary, manifest)
                                               + column_report.summary_rows(columns)
                                               + step_timing.summary_rows(manifest)))
         return self.error_budget_code(manifest)

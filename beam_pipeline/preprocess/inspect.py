@@ -15,7 +15,7 @@ from beam_pipeline.common.contact_sheet import render_contact_sheet
 from beam_pipeline.preprocess import column_report, step_timing
 from tf_serving_input import features
 from tf_serving_input.column_stats import read_document
-from tf_serving_input.columns import joined_labels
+from tf_serving_input.columns import joined_labels, load_feature_spec
 from tf_serving_input.layout import OutputLayout
 
 
@@ -131,8 +131,9 @@ def run(argv=None, prog=PROG):
         print(f"error: {problem}", file=sys.stderr)
         return 2
     try:
-        columns = read_document(args.output_dir)
-    except ValueError as error:  # A damaged column_stats.json: one line naming it, not a traceback.
+        load_feature_spec(args.output_dir, manifest)  # Damaged or changed: one line naming it, as readers get.
+        columns = read_document(args.output_dir, manifest)
+    except ValueError as error:  # A damaged features.json or column_stats.json: one line naming it, no traceback.
         print(f"error: {error}", file=sys.stderr)
         return 1
     if args.format == "text":

@@ -19,6 +19,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_pipeline.common.quality_outputs import FLAG_SCHEMA, GROUP_SCHEMA, LABEL_ERROR_SCHEMA
 from beam_pipeline.inputs import rows as csv_rows
+from beam_pipeline.inputs.cells import DEFAULT_LIST_SEPARATOR
 from beam_pipeline.quality import clean_split, groups, health, report_html
 from beam_pipeline.quality.pairs import as_unsigned
 from beam_pipeline.quality.signal_shards import read_table
@@ -107,8 +108,15 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
     found, moves, suspects, embedding = planned.found, planned.moves, planned.suspects, planned.embedding
     clean_csv: str | None = None
     clean_rows = len(csv_keys)
-    if planned.written:
-        clean_csv, clean_rows = clean_split.clean_split_csv(csv_path, columns, moves)
+    written, problems = planned.written, list(planned.check.problems)
+    if written:
+        reading = csv_rows.ColumnReading(separator=job_config.get("list_separator", DEFAULT_LIST_SEPARATOR),
+                                         input_format=job_config.get("input_format", ""))
+        try:
+            clean_csv, clean_rows = clean_split.clean_split_csv(csv_path, columns, moves, reading)
+        except clean_split.Unwritable as error:  # Not written, and said why: the other findings stand.
+            written, problems, moves = False, [*problems, str(error)], {}
+            planned.warnings.append(f"clean_split.csv not written: {error}")
 
     group_rows: dict[str, list[Any]] = {name: [] for name in GROUP_SCHEMA.names}
     for group in found:
@@ -152,10 +160,10 @@ def analyze(config: Any, layout: QualityLayout, job_manifest: dict[str, Any], na
         "largest_group": planned.largest,
         "flagged_images": len(flagged), "flagged_by_flag": by_flag,
         "near_pairs": len(pairs), "oversized_buckets": read_oversized(layout),
-        "clean_split": {"rows": clean_rows, "rows_moved": len(moves), "written": planned.written,
-                        "rows_proposed": len(planned.proposed), "problems": planned.check.problems,
+        "clean_split": {"rows": clean_rows, "rows_moved": len(moves), "written": written,
+                        "rows_proposed": len(planned.proposed), "problems": problems,
                         "images_before": planned.check.before,
-                        "images_after": planned.check.after if planned.written else planned.check.before},
+                        "images_after": planned.check.after if written else planned.check.before},
         "warnings": planned.warnings,
         "thresholds": config.thresholds(),
         "input_dir": config.input_dir, "input_csv": csv_path,

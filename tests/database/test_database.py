@@ -266,7 +266,7 @@ def test_a_search_in_a_table_the_predict_job_did_not_make_is_a_usage_error(pg):
 KEPT = [  # (labels, columns JSON) per row: hostile text, a 10k caption, numbers, boxes, a multi-label row.
     ((), '{"caption":"a \\"quoted\\", line\\nbreak 🐕 \\u202e","score":0.25,"tags":["cat","猫"]}'),
     (("cat", "dog"), '{"caption":"' + "x" * 10_000 + '","n":3,"objects":[[0.1,0.2,0.5,0.6]],"score":0.75}'),
-    ((), '{"score":-1.5,"tags":["dog"]}'),
+    ((), '{"n":9007199254740993,"score":-1.5,"tags":["dog"]}'),  # An int64 id float8 cannot hold (2**53 + 1).
     ((), "{}"),
     ((), '{"caption":"n\\u0000l"}'),  # NUL: PostgreSQL's jsonb cannot hold it.
 ]
@@ -300,6 +300,9 @@ def test_kept_columns_and_every_label_reach_the_table_and_filter_a_search(pg):
         assert keys("score<0") == [2] and keys("n=3") == [1] and keys("n=3.0") == [1] and keys("score>0", "n=3") == [1]
         assert keys('caption=a "quoted", line\nbreak 🐕 \u202e') == [0] and keys("caption>1") == []
         assert keys(label="dog") == [1] and keys("nothing=1") == []
+        # An int column compares exactly (numeric, not float8): 2**53 is not 2**53 + 1.
+        assert keys("n=9007199254740993") == [2] and keys("n=9007199254740992") == []
+        assert keys("n>9007199254740992") == [2] and keys("n>=1e300") == []
     from beam_pipeline.database.server import EmbeddedServer  # psql: what a user reads the table with.
 
     out = subprocess.run([EmbeddedServer.psql(), pg, "-At", "-c",

@@ -42,6 +42,15 @@ def test_a_cell_not_of_its_type_is_a_bad_value_naming_the_column(column, raw, wo
     assert f"column {column.name!r}" in str(error.value) and words in str(error.value)
 
 
+@pytest.mark.parametrize("column, raw, words", [
+    (TEXT, 3, "is an int, not text"), (LABELS, [1], "holds an int, not a label"), (FLOAT, [1.5], "is a list"),
+    (INT, {"a": 1}, "is a dict, not an int"),
+])
+def test_a_value_of_another_type_is_named_with_its_article(column, raw, words):
+    with pytest.raises(BadValue, match=words):
+        cell_value(column, raw, "|")
+
+
 def test_a_bad_cell_is_quoted_escaped_and_cut():
     with pytest.raises(BadValue) as error:
         cell_value(INT, "\x00\n" + "9" * 500, "|")
@@ -75,7 +84,7 @@ def test_csv_rows_carry_their_kept_columns_and_a_bad_cell_fails_its_row_unread(t
     assert bad.failure == (failures.BAD_VALUE, "column 'score': 'high' is not a float")
     assert rows.failure_of(bad) == failures.RowFailure(failures.BAD_VALUE, "column 'score': 'high' is not a float")
     summary = rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept)
-    assert summary.bad_values == 1
+    assert not hasattr(summary, "bad_values")  # The check types no cell: the pipeline does, once (the manifest counts).
     # A multi-label row's label cell is its labels: none was "blank" or "stripped" (the summary said 3 blank).
     assert summary.labels_blank == 0 and summary.labels_stripped == 0
 
@@ -100,3 +109,19 @@ def test_box_classes_that_do_not_match_the_boxes_one_for_one_fail_the_row(tmp_pa
     for row, words in ((two_one, "2 boxes and 1 class"), (one_two, "1 box and 2 classes"),
                        (none_one, "0 boxes and 1 class")):
         assert row.failure[0] == failures.BAD_VALUE and words in row.failure[1], row.failure
+
+
+def test_the_launchers_check_types_no_cell_and_the_rows_type_each_once(tmp_path, monkeypatch):
+    """Speed: the launcher's check (summarize_csv) typed every kept cell, and the pipeline's read typed it again."""
+    csv_path = tmp_path / "list.csv"
+    imaging.write_csv(csv_path, ["path", "label", "score", "tags"], [["a.png", "cat|dog", "0.5", "x|y"],
+                                                                     ["b.png", "dog", "high", ""]])
+    kept = rows.ColumnReading(FeatureSpec(columns=(FLOAT, Column("tags", "labels")), multi_label=True))
+    typed = []
+    real = rows.cell_value
+    monkeypatch.setattr(rows, "cell_value", lambda column, raw, separator: typed.append(raw) or real(
+        column, raw, separator))
+    summary = rows.summarize_csv(str(csv_path), rows.CsvColumns(), kept)
+    assert summary.rows == 2 and typed == []
+    assert [row.failure[:1] for row in rows.iter_rows(str(csv_path), rows.CsvColumns(), kept)] == [(), ("bad_value",)]
+    assert sorted(typed) == sorted(["0.5", "x|y", "cat|dog", "high"])  # Each cell once (a bad one ends its row's).

@@ -131,3 +131,27 @@ def test_a_line_break_at_a_labels_edge_is_stripped_with_the_other_whitespace(tmp
     assert [row.label for row in source.iter_rows(csv_path)] == ["cat", "dog", "", "x"]
     summary = source.summarize_csv(csv_path)
     assert (summary.labels_stripped, summary.labels_blank) == (3, 1)
+
+
+def test_a_cell_of_only_invisible_characters_is_blank_as_a_blank_cell_is(tmp_path):
+    """The hostile trial: a label cell holding only a zero-width space (U+200B), a word joiner or a BOM was a class
+    of its own that no one can see; it is unlabeled and counted, as a whitespace-only cell is. A split cell so too."""
+    from beam_pipeline.inputs.cells import cell_value
+    from tf_serving_input.columns import Column
+
+    csv_path = write(tmp_path, 'path,label,split\na.jpg,\u200b,train\nb.jpg," \u2060\ufeff ",\u200b\n'
+                               'c.jpg,cat\u200b,train\n')
+    rows = list(source.iter_rows(csv_path))
+    assert [(row.label, row.split) for row in rows] == [("", "train"), ("", "train"), ("cat\u200b", "train")]
+    summary = source.summarize_csv(csv_path)
+    assert (summary.labels_blank, summary.blank_splits) == (2, 1)
+    # The kept columns read a cell the same way: invisible only is missing; a list item so is an empty label.
+    assert cell_value(Column("caption", "text"), "\u200b\u200d", "|") is None
+    assert cell_value(Column("tags", "labels"), "\u2060", "|") is None
+    with pytest.raises(ValueError, match="empty label"):
+        cell_value(Column("tags", "labels"), "cat|\u200b", "|")
+
+
+def test_a_list_without_a_split_column_folds_and_blanks_no_split(tmp_path):
+    summary = source.summarize_csv(write(tmp_path, "path,label\na.jpg,cat\nb.jpg,\n"))
+    assert (summary.splits_folded, summary.blank_splits) == (0, 0)

@@ -112,7 +112,7 @@ def test_a_hostile_table_gives_the_same_rows_in_every_format(tmp_path):
 def test_the_summary_counts_formats_discards_blank_and_folded_splits(tmp_path, fmt):
     summary = source.summarize_csv(written(tmp_path, fmt), kept=KEPT)
     assert summary.rows == 4 and summary.rows_per_split == {"train": 3, "validation": 1}
-    assert (summary.discarded, summary.blank_splits, summary.splits_folded, summary.bad_values) == (1, 1, 2, 1)
+    assert (summary.discarded, summary.blank_splits, summary.splits_folded) == (1, 1, 2)
     assert summary.rows_per_format == {fmt.split(".")[0]: 5}
     assert (summary.labels_stripped, summary.labels_blank) == (1, 0)  # " cat "; a bidi mark is no space
 

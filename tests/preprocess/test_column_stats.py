@@ -147,7 +147,7 @@ def test_labels_boxes_and_multi_label_counts(columns_job, stats):
         return counts
 
     columns = stats["columns"]
-    assert {"\u200b", "x:y", "b\u202e", "c d"} <= set(frequencies("tags"))  # Kept by TFT, as they are.
+    assert {"z\u200b", "x:y", "b\u202e", "c d"} <= set(frequencies("tags"))  # Kept by TFT, as they are.
     for name in ("tags", "cls"):
         assert dict(map(tuple, columns[name]["vocabulary"])) == frequencies(name)
         assert "not_in_vocabulary" not in columns[name]
@@ -187,7 +187,7 @@ def test_summary_and_inspect_show_each_column(columns_job, stats, capsys):
                  "labels per image", "label counts"):
         assert line in summary
     assert "b\\u202e 1" in summary and "\u202e" not in summary  # Hostile labels, escaped.
-    assert "\\u200b 1" in summary and "\u200b" not in summary
+    assert "z\\u200b 1" in summary and "\u200b" not in summary
     assert inspect.run([columns_job.out]) == 0
     text = capsys.readouterr().out
     assert "column score: float:" in text and "label counts: " in text and "\u202e" not in text
@@ -214,6 +214,45 @@ def test_a_damaged_column_stats_file_is_one_line_naming_it(columns_job, tmp_path
     stats_file.write_bytes(b"|" + stats_file.read_bytes()[1:])
     assert inspect.run([str(out)]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "column_stats.json is not valid JSON" in err and "Traceback" not in err
-    with pytest.raises(ValueError, match="column_stats.json is not valid JSON"):
+    # Now its digest in the manifest says so first (test_a_column_stats_file_changed_but_still_json_...).
+    assert err.count("\n") == 1 and "column_stats.json does not match" in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="column_stats.json does not match"):
         make_dataset(str(out), columns=["score"], zscore=["score"])
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda text: text.replace('"version"', '"version!', 1), "features.json is not valid JSON"),  # A flipped byte.
+    (lambda text: text.replace('"multi_label": true', '"multi_label": "yes"', 1), "features.json"),  # A wrong type.
+    (lambda text: text.replace('"column/score"', '"column/scorf"', 1), "features.json"),  # A key's flipped byte.
+])
+def test_a_damaged_features_file_is_one_line_naming_it_in_inspect(columns_job, tmp_path, capsys, damage, words):
+    """The hostile trial: inspect never read features.json, so a damaged one passed it silently."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(columns_job.out, out)
+    features_file = out / "features.json"
+    text = features_file.read_text(encoding="utf-8")
+    features_file.write_text(damage(text), encoding="utf-8")
+    assert damage(text) != text
+    assert inspect.run([str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
+
+
+def test_a_column_stats_file_changed_but_still_json_is_caught_by_its_digest(columns_job, tmp_path, capsys):
+    """A flipped digit is still JSON: only the digest the manifest records catches it, as for the run's shards."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(columns_job.out, out)
+    stats_file = out / "column_stats.json"
+    text = stats_file.read_text(encoding="utf-8")
+    changed = text.replace('"images": ', '"images": 1', 1)
+    assert json.loads(changed) != json.loads(text)
+    stats_file.write_text(changed, encoding="utf-8")
+    assert inspect.run([str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "column_stats.json" in err and "manifest" in err, err
+    with pytest.raises(ValueError, match="column_stats.json"):
+        column_stats.load_column_stats(str(out))

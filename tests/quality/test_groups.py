@@ -112,3 +112,38 @@ def test_suspected_label_errors_need_most_neighbours_to_agree_on_another_label()
     suspects = suspected_label_errors(neighbours, labels)
     assert [s["key"] for s in suspects] == ["x"]
     assert suspects[0]["neighbour_label"] == "dog" and suspects[0]["share"] == 0.75 and suspects[0]["neighbours"] == 4
+
+
+def test_a_clean_split_of_a_parquet_list_writes_list_cells_as_the_list_takes_them_and_reads_back_the_same(tmp_path):
+    """The hostile trial: list cells were written as Python text ("['a', 'b']"), so the clean split, fed back as
+    --input with the same --column flags, read other labels (or failed its rows as bad_value)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import pytest
+
+    from tf_serving_input.columns import Column, FeatureSpec
+
+    table = pa.table({
+        "path": ["a.jpg", "b.jpg", "c.jpg"], "label": [["cat", "dog"], ["dog"], None], "split": ["train"] * 3,
+        "tags": [["x y", "猫"], [], None], "emb": [[0.5, 1.0], [2.25], None],
+        "objects": [[[0.1, 0.2, 0.5, 0.6], [0.0, 0.0, 1.0, 1.0]], [[0.0, 0.0, 0.5, 0.5]], None],
+        "n": [3, None, 2**53 + 1], "caption": ['a "quoted", line\nbreak', None, "plain"]})
+    pq.write_table(table, tmp_path / "in.parquet")
+    spec = FeatureSpec((Column("tags", "labels"), Column("emb", "floats"), Column("objects", "boxes"),
+                        Column("n", "int"), Column("caption", "text")), multi_label=True)
+    parquet = csv_rows.ColumnReading(spec, ";")
+    read = list(csv_rows.iter_rows(str(tmp_path / "in.parquet"), kept=parquet))
+    # A multi-label Parquet list's label cell is a list: each row failed as bad_value ("is a list, not text").
+    assert [row.failure for row in read] == [(), (), ()] and read[0].labels == ("cat", "dog")
+    text, written = clean_split.clean_split_csv(str(tmp_path / "in.parquet"), csv_rows.CsvColumns(),
+                                                {read[1].key: "validation"}, parquet)
+    assert written == 3 and "['" not in text and "[[" not in text
+    (tmp_path / "clean.csv").write_text(text, encoding="utf-8")
+    again = list(csv_rows.iter_rows(str(tmp_path / "clean.csv"), kept=csv_rows.ColumnReading(spec, ";", "csv")))
+    assert [(row.columns, row.labels, row.failure) for row in again] == [
+        (row.columns, row.labels, row.failure) for row in read]
+    assert [row.split for row in again] == ["train", "validation", "train"]
+    # A label holding the list separator has no CSV form: the clean split says so, naming the row and column.
+    pq.write_table(table.set_column(3, "tags", pa.array([["a;b"], [], None])), tmp_path / "sep.parquet")
+    with pytest.raises(clean_split.Unwritable, match=r"row 1: column 'tags': 'a;b' holds the list separator ';'"):
+        clean_split.clean_split_csv(str(tmp_path / "sep.parquet"), csv_rows.CsvColumns(), {}, parquet)

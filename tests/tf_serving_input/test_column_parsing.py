@@ -37,6 +37,14 @@ def test_numbers_and_texts_mark_a_missing_value_even_when_the_whole_batch_misses
     assert column_parsing.texts(sparse([[]], tf.string)).numpy().tolist() == [b""]
 
 
+def test_an_int_column_comes_back_as_exact_int64_its_missing_value_marked():
+    """The hostile trial: int columns came back float32, so an id over 2**24 was another id."""
+    values = column_parsing.integers(sparse([[2**53 + 1], [], [-7]], tf.int64))
+    assert values.dtype == tf.int64
+    assert values.numpy().tolist() == [2**53 + 1, column_parsing.MISSING_INT, -7]
+    assert column_parsing.integers(sparse([[], []], tf.int64)).numpy().tolist() == [column_parsing.MISSING_INT] * 2
+
+
 def test_boxes_are_ragged_by_image_and_zscore_leaves_a_constant_column_unscaled():
     corners = [sparse([[0.1, 0.2], [], [0.3]], tf.float32) for _ in range(3)] + [sparse([[1, 2], [], [3]],
                                                                                        tf.float32)]
@@ -78,7 +86,7 @@ def test_features_json_is_trusted_only_as_the_manifest_records_it(tmp_path):
     changed = FeatureSpec((Column("score", "int"),)).dumps()
     with pytest.raises(ColumnError, match="features.json does not match the run's manifest"):
         column_parsing.load_feature_spec(_run(tmp_path / "c", spec, changed))
-    with pytest.raises(ColumnError, match="features.json: "):
+    with pytest.raises(ColumnError, match="features.json is not valid JSON"):
         column_parsing.load_feature_spec(_run(tmp_path / "d", spec, "{"))
 
 

@@ -140,7 +140,7 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
         scores.append(columns["score"].numpy())
         assert sorted(columns) == sorted(["label", *names]) and images.shape[1:] == (16, 16, 3)
         np.testing.assert_array_equal(columns["label"].numpy(), labels)  # "label" as without columns.
-        assert columns["score"].dtype == tf.float32 and columns["count"].dtype == tf.float32
+        assert columns["score"].dtype == tf.float32 and columns["count"].dtype == tf.int64  # An int stays exact.
         assert columns["emb"].shape.rank == 2 and columns["objects"].shape.as_list()[2:] == [4]
         for i, caption in enumerate(columns["caption"].numpy()):
             count = int(columns["count"].numpy()[i])
@@ -167,6 +167,9 @@ def test_the_kept_columns_come_back_typed_with_missing_values_marked(tiny_job):
     for _ in range(2):
         got = [columns["score"].numpy() for _, columns in zscored]
         np.testing.assert_allclose(np.concatenate(got), (np.concatenate(scores) - 1.0) / 0.5)
+    counted = make_dataset(out, "train", batch_size=16, training=False, columns=["count"], zscore=["count"],
+                           column_statistics={"count": (1.0, 2.0)})
+    assert {c["count"].dtype for _, c in counted} == {tf.float32}  # Z-scored: float32 (a missing one NaN).
     training = make_dataset(out, "train", batch_size=4, training=True, seed=1, columns=["objects", "count"])
     assert [columns["objects"].shape[0] for _, columns in training] == [4, 4]  # Augmented, the columns beside.
     with pytest.raises(ValueError, match="no kept column 'nosuch'; the run keeps: caption, tags"):
