@@ -104,6 +104,16 @@ MUTATIONS = [
     ("M11b a run with a Python step silently skips the steps", "beam_pipeline/preprocess/python_steps.py",
      "            image = outcome\n", "            pass\n",
      "tests/preprocess/test_image_steps.py::test_a_python_step_runs_between_decode_and_resize_once_set_up"),
+    # Every job run's two caches of Beam's answers (the unit step's second pay-down): kept by too coarse a key
+    # or past a change, they answer for another DoFn or for options as they were.
+    ("M12 a DoFn's state and timers kept by its class", "beam_pipeline/common/dofn_specs.py",
+     "    function = method.__func__\n", "    function = type(dofn).__dict__.get(name, method.__func__)\n",
+     "tests/common/test_dofn_specs.py"),
+    ("M12b an options view kept after its options' values or flags were replaced",
+     "beam_pipeline/common/option_views.py",
+     "if view is None or view._flags is not options._flags or view._all_options is not options._all_options:",
+     "if view is None:",
+     "tests/common/test_option_views.py::test_a_view_made_before_the_values_or_flags_changed_is_made_again"),
 ]
 
 

@@ -85,6 +85,27 @@ def run_module(module, *args, timeout=None, in_memory=True, cwd=None):
     return Completed([module, *argv], code, stdout.getvalue(), stderr.getvalue())
 
 
+def script(path, *args, cwd=None):
+    """Runs what `python path args...` runs (a script of scripts/ with a `main(argv)`, as scripts/train.py), in
+    this process: the script's module loaded afresh, its `main(argv)` called; a `Completed`."""
+    import importlib.util
+
+    argv = [os.fspath(arg) if isinstance(arg, os.PathLike) else str(arg) for arg in args]
+    spec = importlib.util.spec_from_file_location(f"script_{os.path.basename(path).split('.')[0]}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    previous = os.getcwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = module.main(argv)
+    finally:
+        os.chdir(previous)
+    return Completed([os.fspath(path), *argv], code, stdout.getvalue(), stderr.getvalue())
+
+
 def predict(*args, **kwargs):
     """The predict job's command line, in this process."""
     return run_module("beam_pipeline.predict", *args, **kwargs)

@@ -65,9 +65,11 @@ def beam_options(beam_args: list[str]) -> Any:
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from beam_pipeline.common import runners
+    from beam_pipeline.common import dofn_specs, option_views, runners
 
     runners.quiet_library_logs()
+    dofn_specs.install()  # Every pipeline of this process then asks each DoFn method about its state once,
+    option_views.install()  # and makes each view of its options once.
     options = PipelineOptions(beam_args)
     FileSystems.set_options(options)
     return options

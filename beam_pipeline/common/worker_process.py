@@ -8,7 +8,8 @@ makes COMMAND the line above, so the worker replaces the shell and is the launch
 Linux to send it SIGKILL when that parent goes (`prctl(PR_SET_PDEATHSIG)`), then runs Beam's worker main as
 `python -m apache_beam.runners.worker.sdk_worker_main` would. Without it, a launcher killed with SIGKILL left
 its workers running on (two of them 15-35 s, one holding 3.2 GB, in issue 55's messy run): they noticed only
-when their own next call to the runner failed. No Beam or TensorFlow here: this runs before either loads.
+when their own next call to the runner failed. No Beam or TensorFlow until that request is made; then
+`dofn_specs.install()` (Beam's DoFn state search, once per method) and Beam's worker.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def die_with_parent(parent: int) -> bool:
 def main(argv: list[str]) -> None:
     """`worker_process LAUNCHER_PID`: dies with the launcher, then is Beam's SDK worker."""
     die_with_parent(int(argv[1]))
+    from beam_pipeline.common import dofn_specs  # Beam loads here, after the request above.
+
+    dofn_specs.install()  # Each bundle processor the worker builds asks every DoFn method about its state.
     sys.argv = argv[:1]
     runpy.run_module(BEAM_WORKER_MAIN, run_name="__main__", alter_sys=True)
 
