@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from beam_pipeline.common import flags, terminal
+from beam_pipeline.common import flags, spark, terminal
 from beam_pipeline.common.redact import redact
 
 if TYPE_CHECKING:
@@ -159,6 +159,9 @@ class Launcher(Generic[LayoutT]):
         step = run_errors.Step(self.first_step())
         run_log = run_errors.RunLog(self.layout.log_dir)
         try:
+            unreachable = spark.unreachable_master(self.beam_args)  # In seconds: Spark's client retries for minutes.
+            if unreachable:
+                raise Refused(unreachable)
             self.check(step)
             if os.path.exists(self.layout.root) and not os.path.isdir(self.layout.root):  # A local file.
                 raise Refused(f"--output_dir {self.layout.root} is a file, not a folder: name a folder (it is "
