@@ -3,8 +3,8 @@
 # Beam's Flink job server with Maven (once, into ~/.cache/beam-image-pipeline/flink/; see
 # scripts/flink_job_server.sh) and Spark's jars and Beam's Spark job server (once, into
 # ~/.cache/beam-image-pipeline/spark/; see scripts/spark_job_server.sh), then runs, in one pytest process
-# (the tests share the local reference runs: tests/conftest.py's small_run, tests/scale_out/conftest.py's
-# slow_dataset)
+# (the Flink and Spark jobs share the local reference runs: tests/conftest.py's small_run and
+# small_predictions)
 #  - tests/scale_out/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
 #  - tests/scale_out/test_flink_cluster.py: on a standing Flink session cluster that
 #    scripts/flink_cluster.sh starts from the job server's jars (two TaskManagers, a worker pool
@@ -12,7 +12,7 @@
 #    rerun that resumes;
 #  - tests/scale_out/test_spark_cluster.py: on a standing Spark cluster that scripts/spark_cluster.sh
 #    starts (a master, two workers, a worker pool beside each), the job with a worker killed mid-run
-#    (Spark re-runs its tasks), and the predict job;
+#    (Spark re-runs its tasks), then the predict job over its output;
 # each against the default local runner over the same CSV, outputs compared.
 #   scripts/flink_integration_test.sh [pytest args]
 #   FLINK_JOB_SERVER_JAR=JAR  use that job server jar instead of obtaining one (the standing

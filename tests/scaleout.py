@@ -80,31 +80,6 @@ def job_command(csv_path, out, *extra):
             "--image_size", "16", "--max_error_rate", "0.2", "--no_progress", *extra]
 
 
-SLOW_MISSING = "absent.jpg"
-
-
-def make_slow_dataset(folder, rows=32, distinct=2):
-    """`rows` rows over two 12-megapixel JPEGs, each row a full decode (0.1-0.4 s): a shard-writing step of
-    24 shards whose TaskManager still has most of its 12 shards (~16 decodes) to write when the first shard
-    anywhere is done and the kill lands (the standing clusters' kill tests, tests/scale_out/conftest.py). More
-    rows or photos only made each of the test's runs (and the photos' making, 1.5 s of CPU each) dearer: 64
-    rows over 6 photos before. Plus one missing file, and the small dataset's step file. Returns (the CSV's
-    path, its rows)."""
-    import numpy as np
-
-    import imaging
-
-    rng = np.random.default_rng(3)
-    for i in range(distinct):
-        (folder / f"photo {i}.jpg").write_bytes(imaging.encode(imaging.photo_like(rng, 3000, 4000), "JPEG",
-                                                               quality=90))
-    table = [[f"photo {i % distinct}.jpg", "xyz"[i % 3], "validation" if i % 6 == 0 else "train"]
-             for i in range(rows)]
-    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], table + [[SLOW_MISSING, "x", "train"]])
-    (folder / "small_steps.py").write_text(SMALL_PYTHON_STEP)  # The small dataset's steps, as its runs.
-    return folder / "in.csv", len(table) + 1
-
-
 def run_module(module, *args, timeout=600):
     """Runs `python -m module args...` in a subprocess (text output, TensorFlow's C++ logs quiet)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")

@@ -233,6 +233,14 @@ class Launcher(Generic[LayoutT]):
             print(f"error: {len(problems)} shard file(s) are missing or damaged after the run: {listed(problems)}; "
                   "run the same command again to rewrite them", file=sys.stderr)
             return None
+        # Every shard is published: what an abandoned attempt left (one a runner re-ran elsewhere) is garbage.
+        from apache_beam.io.filesystems import FileSystems
+
+        from beam_pipeline.common import output_dir
+
+        leftovers = output_dir.leftover_attempts(self.layout)
+        if leftovers:
+            FileSystems.delete(leftovers)
         return statuses
 
     def error_budget_code(self, manifest: dict[str, Any]) -> int:

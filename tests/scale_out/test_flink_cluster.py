@@ -26,8 +26,10 @@ import subprocess
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
+import imaging
 import outputs
 import scaleout
 from tf_serving_input.layout import OutputLayout
@@ -151,7 +153,27 @@ def test_predict_job_on_the_standing_cluster_matches_the_local_run(small_run, sm
     assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
 
 
-def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(slow_dataset, flink_cluster):
+ABSENT = "absent.jpg"
+
+
+def make_slow_dataset(folder, rows=32, distinct=2):
+    """`rows` rows over two 12-megapixel JPEGs, each row a full decode (0.1-0.4 s): a shard-writing step of
+    24 shards whose TaskManager still has most of its 12 shards (~16 decodes) to write when the first shard
+    anywhere is done and the kill lands. More rows or photos only made each of the test's three runs (and
+    the photos' making, 1.5 s of CPU each) dearer: 64 rows over 6 photos before. Plus one missing file, and
+    the small dataset's step file. Returns (the CSV's path, its rows)."""
+    rng = np.random.default_rng(3)
+    for i in range(distinct):
+        (folder / f"photo {i}.jpg").write_bytes(imaging.encode(imaging.photo_like(rng, 3000, 4000), "JPEG",
+                                                               quality=90))
+    table = [[f"photo {i % distinct}.jpg", "xyz"[i % 3], "validation" if i % 6 == 0 else "train"]
+             for i in range(rows)]
+    imaging.write_csv(folder / "in.csv", ["path", "label", "split"], table + [[ABSENT, "x", "train"]])
+    (folder / "small_steps.py").write_text(scaleout.SMALL_PYTHON_STEP)  # The small dataset's steps, as its runs.
+    return folder / "in.csv", len(table) + 1
+
+
+def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_cluster, request):
     """SIGKILL one TaskManager while shards are being written; the rerun is the standing cluster's job.
 
     What happens (Flink's default without checkpointing is no restart strategy, and the cluster
@@ -163,12 +185,16 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(slow_dataset, fli
     one task, both TaskManagers ran shard-writing subtasks that got rows, and each with SDK
     workers from its own pool.
     """
-    cluster, folder, rows = flink_cluster, slow_dataset.folder, slow_dataset.rows
-    out = folder / "out_flink"
-    job = slow_dataset.job(out.name, *cluster.job_flags())  # the command's arguments
+    cluster = flink_cluster
+    csv_path, rows = make_slow_dataset(tmp_path)
+    flags = ("--image_size", "32", "--num_shards", "12", "--no-jpeg_shrink_on_load",  # 24 shards
+             *scaleout.small_step_flags(tmp_path))
+    uninterrupted = tmp_path / "out_local"
+    out = tmp_path / "out_flink"
+    job = (os.path.relpath(csv_path, tmp_path), out.name, *flags, *cluster.job_flags())  # the command's arguments
     jobs_before = set(cluster.jobs())
 
-    process = scaleout.start_job(*job, cwd=folder)
+    process = scaleout.start_job(*job, cwd=tmp_path)
     status_dir = out / OutputLayout.STATUS_DIR
     deadline = time.monotonic() + TIMEOUT
     while process.poll() is None and time.monotonic() < deadline and not list(status_dir.glob("*.json")):
@@ -176,10 +202,11 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(slow_dataset, fli
     killed = process.poll() is None and bool(list(status_dir.glob("*.json")))
     if killed:
         os.kill(cluster.pid("taskmanager-1"), signal.SIGKILL)  # The JVM only, as an OOM kill would.
-        # The uninterrupted reference (the default local runner, shared with the Spark worker kill: conftest.py)
-        # runs while Flink notices the loss and the TaskManager restarts, which leave the CPUs mostly idle; it is
-        # awaited before the comparisons.
-        slow_dataset.start_reference()
+        # The uninterrupted reference (the default local runner) runs while Flink notices the loss and
+        # the TaskManager restarts, which leave the CPUs mostly idle; it is awaited before the comparisons.
+        reference = scaleout.start_job(csv_path, uninterrupted, *flags, cwd=tmp_path)  # The steps' paths are relative.
+        # A failed assertion before it is awaited must not leave it running: its group goes with the test.
+        request.addfinalizer(lambda: reference.poll() is None and scaleout.signal_group(reference.pid, signal.SIGKILL))
     result = scaleout.finish_job(process, timeout=TIMEOUT if killed else 1)
     assert killed, "the job ended before writing any shard\n" + cluster.explain(result)
 
@@ -198,14 +225,15 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(slow_dataset, fli
     # served the dead TaskManager, are ended, so nothing writes into `out` any more.
     cluster.start()
     finished = len(list(status_dir.glob("*.json")))
-    uninterrupted = slow_dataset.await_reference()
+    reference_result = scaleout.finish_job(reference, timeout=600)
+    assert reference_result.returncode == 0, reference_result.stderr[-3000:]
     total_shards = len(outputs.shard_bytes(uninterrupted))
     assert 0 < finished < total_shards, f"not killed part-way: {finished} of {total_shards} shards finished"
     assert not (out / OutputLayout.MANIFEST_FILE).exists()
     outputs.assert_every_shard_reads_to_its_end(out)  # Nothing under a final name is partial.
 
     jobs_before, workers_before = set(cluster.jobs()), cluster.workers_started()
-    resumed = scaleout.run_job_killing_group(*job, cwd=folder, timeout=TIMEOUT)
+    resumed = scaleout.run_job_killing_group(*job, cwd=tmp_path, timeout=TIMEOUT)
     assert resumed.returncode == 0, cluster.explain(resumed)
     assert f"Resuming: {finished} shard(s)" in resumed.stderr, resumed.stderr[-3000:]
     assert not list(out.rglob("*.incomplete"))
@@ -214,7 +242,7 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(slow_dataset, fli
     assert written["runner"] == "FlinkRunner"
     assert [step["kind"] for step in written["config"]["image_steps"]] == ["python", "tf"]
     assert (written["rows"], written["written"], written["failed"]) == (rows, rows - 1, 1)
-    assert [e["source"] for e in outputs.errors(out)] == [scaleout.SLOW_MISSING]
+    assert [e["source"] for e in outputs.errors(out)] == [ABSENT]
     outputs.assert_same_output(uninterrupted, out)
 
     [(job_id, overview)] = [(jid, j) for jid, j in cluster.jobs().items() if jid not in jobs_before]

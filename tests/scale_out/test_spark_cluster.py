@@ -10,9 +10,10 @@ worker a Beam worker pool of its own that starts the Python SDK workers. The job
 flags a user gives (`--runner=SparkRunner --spark_master_url=URL --environment_type=EXTERNAL
 --environment_config=beam-worker-pool:PORT`, the job server jar): what else Spark needs the command adds.
 
-Each job costs a job server JVM, executors and fresh SDK workers, so a job carries several checks: the run
-with a worker killed is also the check that the cluster's output equals the local runner's (through the
-small dataset's steps, on both workers), and its local reference is the Flink kill test's (conftest.py).
+Each job costs a job server JVM, executors and SDK workers, so a job carries several checks: the run with a
+worker killed is also the check that the cluster's output equals the local runner's (through the small
+dataset's steps, on both workers), and the predict job reads that run's output. Their references are the
+local runs the Flink tests use too (small_run, small_predictions): Spark adds no local run to the step.
 """
 
 import json
@@ -113,18 +114,24 @@ def spark_cluster(tmp_path_factory):
         assert stopped.returncode == 0, stopped.stderr
 
 
-def test_killed_worker_is_replaced_by_spark_and_the_output_equals_the_local_run(slow_dataset, spark_cluster):
-    """SIGKILL one worker (its daemon and its executor, as a lost machine) while shards are being written.
+def test_killed_worker_is_replaced_by_spark_and_the_predict_job_reads_the_output(small_run, small_predictions,
+                                                                                 spark_cluster):
+    """The small dataset's job with one worker SIGKILLed (its daemon and its executor, as a lost machine) as soon
+    as its first shard is written, then the predict job over that job's output: both equal the local runs.
 
     What happens: Spark re-runs the lost executor's tasks on the other worker (a lost worker does not count
     against `spark.task.maxFailures`), so the job finishes; the shards written before the kill stay, and the
-    whole output equals an uninterrupted local run's, through the small dataset's steps, on both workers.
-    (Flink, without a restart strategy, fails the job instead and the same command resumes:
+    output equals the local runner's (small_run), through the small dataset's steps, with both workers having
+    run an executor. (Flink, without a restart strategy, fails the job instead and the same command resumes:
     test_flink_cluster.py. Either way the user ends with a complete output identical to the local run's.)
+    The predict job then reads the Spark run's output and must predict what the local predict run predicted
+    over the local output (small_predictions): one job's output is the next one's input, as a user runs them,
+    and neither needs a local run of its own.
     """
-    cluster, folder, rows = spark_cluster, slow_dataset.folder, slow_dataset.rows
+    cluster, folder = spark_cluster, small_run.folder
     out = folder / "out_spark"
-    job = slow_dataset.job(out.name, *cluster.job_flags())
+    job = (os.path.relpath(small_run.csv_path, folder), out.name, *scaleout.small_step_flags(folder),
+           *cluster.job_flags())
     apps_before = set(cluster.applications())
 
     process = scaleout.start_job(*job, cwd=folder)
@@ -136,7 +143,6 @@ def test_killed_worker_is_replaced_by_spark_and_the_output_equals_the_local_run(
     if killed:
         scaleout.signal_group(cluster.pid("worker-1"), signal.SIGKILL)  # The worker and its executor.
         finished = {path.name: path.stat().st_mtime_ns for path in status_dir.glob("*.json")}
-        slow_dataset.start_reference()  # Shared with the Flink kill test; runs beside the rest of the job.
     result = scaleout.finish_job(process, timeout=TIMEOUT if killed else 1)
     assert killed, "the job ended before writing any shard\n" + cluster.explain(result)
     assert result.returncode == 0, cluster.explain(result)
@@ -144,30 +150,17 @@ def test_killed_worker_is_replaced_by_spark_and_the_output_equals_the_local_run(
     [application] = [app for app_id, app in cluster.applications().items() if app_id not in apps_before]
     assert application["state"] == "FINISHED", application
     assert cluster.executors_of(application["id"]) == list(WORKERS), cluster.logs()  # Both ran an executor.
-    uninterrupted = slow_dataset.await_reference()
-    total_shards = len(outputs.shard_bytes(uninterrupted))
-    assert 0 < len(finished) < total_shards, f"not killed part-way: {len(finished)} of {total_shards} shards"
-    # The shards finished before the kill were not written again.
+    # The shards finished before the kill were not written again; no attempt's temporary file is left.
     assert all((status_dir / name).stat().st_mtime_ns == mtime for name, mtime in finished.items())
     assert not list(out.rglob("*.incomplete"))
-    written = outputs.manifest(out)
-    assert written["runner"] == "SparkRunner"
-    assert [step["kind"] for step in written["config"]["image_steps"]] == ["python", "tf"]
-    assert (written["rows"], written["written"], written["failed"]) == (rows, rows - 1, 1)
-    assert [e["source"] for e in outputs.errors(out)] == [scaleout.SLOW_MISSING]
-    outputs.assert_same_output(uninterrupted, out)
+    scaleout.assert_small_dataset_run_matches(small_run.local, out, small_run.rows, "SparkRunner")
 
-    cluster.start()  # Brings worker-1 back (a fresh pool beside it) for the next job.
-
-
-def test_predict_job_on_the_spark_cluster_matches_the_local_run(small_run, small_predictions, spark_cluster):
-    """The predict job (RunInference, Parquet shards) on the cluster: identical Parquet."""
-    cluster, folder, (export, local_predictions) = spark_cluster, small_run.folder, small_predictions
+    cluster.start()  # Brings worker-1 back (a fresh pool beside it) for the predict job.
+    export, local_predictions = small_predictions
     apps_before = set(cluster.applications())
-    result = scaleout.run_predict_killing_group(
-        os.path.relpath(export, folder), os.path.relpath(small_run.local, folder), "pred_spark_cluster",
-        *cluster.job_flags(), cwd=folder, timeout=TIMEOUT)
+    result = scaleout.run_predict_killing_group(os.path.relpath(export, folder), out.name, "pred_spark_cluster",
+                                                *cluster.job_flags(), cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, cluster.explain(result)
-    outputs.assert_same_predictions(local_predictions, folder / "pred_spark_cluster")
+    outputs.assert_same_predictions(local_predictions, folder / "pred_spark_cluster", same_input_dir=False)
     [application] = [app for app_id, app in cluster.applications().items() if app_id not in apps_before]
     assert application["state"] == "FINISHED", application
