@@ -8,7 +8,8 @@
 #    what it measured; the pytest args apply here; tests/scale_out/test_flink.py and
 #    tests/scale_out/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
 # 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven):
-#    embedded Flink, then a standing Flink session cluster (scripts/flink_cluster.sh).
+#    embedded Flink, then a standing Flink session cluster (scripts/flink_cluster.sh), then a standing
+#    Spark cluster (scripts/spark_cluster.sh).
 # The OS's chromium is installed before step 1 when missing (scripts/ensure_chromium.sh: the UI's browser test).
 # Both steps always run; the script fails if either fails. SKIP_FLINK=1 runs step 1 only.
 # Every step's wall time is printed at the end, and the unit step's time per test file
@@ -44,7 +45,7 @@ echo "== Unit tests (pytest tests) =="
 started=$SECONDS
 mkdir -p .cache
 unit=0
-env -u FLINK_JOB_SERVER_JAR .venv/bin/python -m pytest tests -n 2 --durations=25 \
+env -u FLINK_JOB_SERVER_JAR -u SPARK_JOB_SERVER_JAR .venv/bin/python -m pytest tests -n 2 --durations=25 \
     --junitxml=.cache/test-times.xml -o junit_family=xunit2 "$@" || unit=$?
 timed "unit tests" $((SECONDS - started))
 

@@ -64,7 +64,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 # Run as a script (scripts/flink_cluster.sh), this file's folder is on sys.path, so the tests'
 # helpers import; scaleout imports only the standard library at its top.
@@ -170,9 +170,13 @@ def _signals_deferred() -> Iterator[None]:
         raise _Interrupted()
 
 
+# The name progress lines start with: tests/spark_cluster.py, which runs this module's process handling, sets its own.
+PROGRAM = {"name": "flink_cluster"}
+
+
 def log(message: str) -> None:
     """A progress line on stderr (stdout carries only what `start` and `status` print for scripts)."""
-    print(f"flink_cluster: {message}", file=sys.stderr, flush=True)
+    print(f"{PROGRAM['name']}: {message}", file=sys.stderr, flush=True)
 
 
 # --- where everything lives ----------------------------------------------------------------------
@@ -180,9 +184,14 @@ class ClusterPaths:
     """The files of one cluster, all under its folder `dir` (FLINK_CLUSTER_DIR, made absolute:
     every member runs in a folder of its own)."""
 
-    __slots__ = ("conf", "dir", "env_file", "lock_file", "logs", "pids", "ports_file", "tmp")
+    __slots__ = ("conf", "dir", "env_file", "lock_file", "logs", "member_patterns", "member_words", "pids",
+                 "ports_file", "tmp")
 
-    def __init__(self, folder: str):
+    def __init__(self, folder: str, member_words: Callable[[ClusterPaths, str], tuple[str, ...]] | None = None,
+                 member_patterns: tuple[str, ...] = ("taskmanager-*.pid", "worker-pool-*.pid", "jobmanager.pid")):
+        # Another cluster of this layout (tests/spark_cluster.py) names its members' PID files and the words of
+        # their command lines; by default they are Flink's (`member_command_words`).
+        self.member_words, self.member_patterns = member_words, member_patterns
         self.dir = os.path.abspath(folder)
         self.conf = os.path.join(self.dir, "conf")  # flink-conf.yaml, the TaskManagers' hosts files
         self.pids = os.path.join(self.dir, "pids")  # NAME.pid: "PID START_TIME"
@@ -248,6 +257,8 @@ def process_command_line(pid: int) -> list[str] | None:
 
 def member_command_words(paths: ClusterPaths, name: str) -> tuple[str, ...]:
     """Arguments that a member's command line holds (whole arguments): who it is, of which cluster."""
+    if paths.member_words is not None:
+        return paths.member_words(paths, name)
     if name == "jobmanager":
         return (JOB_MANAGER_MAIN, paths.conf)
     if name.startswith("taskmanager-"):
@@ -372,9 +383,10 @@ def _member_number(path: str) -> int:
 
 
 def members(paths: ClusterPaths) -> list[str]:
-    """Every member with a PID file: TaskManagers first, then their pools, the JobManager last."""
+    """Every member with a PID file, in the order of `paths.member_patterns` (Flink's: TaskManagers first,
+    then their pools, the JobManager last)."""
     names = []
-    for pattern in ("taskmanager-*.pid", "worker-pool-*.pid", "jobmanager.pid"):
+    for pattern in paths.member_patterns:
         for path in sorted(glob.glob(os.path.join(glob.escape(paths.pids), pattern)), key=_member_number):
             if os.path.isfile(path):
                 names.append(os.path.basename(path)[:-len(".pid")])

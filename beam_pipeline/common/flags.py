@@ -11,6 +11,8 @@ import os
 import re
 from typing import NoReturn
 
+from beam_pipeline.common import spark
+
 # Beam's in-process portable runner: needs no download (DirectRunner first tries
 # Prism, which fetches a binary at run time) and runs one worker per core.
 DEFAULT_RUNNER = "FnApiRunner"
@@ -197,7 +199,8 @@ def flag_value(beam_args: list[str], name: str) -> str | None:
 
 
 def with_local_defaults(beam_args: list[str]) -> list[str]:
-    """Adds the local-runner defaults (FnApiRunner, one process per core) unless given."""
+    """Adds the local-runner defaults (FnApiRunner, one process per core) unless given, and what a run on
+    Spark needs (`spark.with_defaults`)."""
     beam_args = list(beam_args)
     runner = flag_value(beam_args, "runner")
     if runner is None:
@@ -208,7 +211,7 @@ def with_local_defaults(beam_args: list[str]) -> list[str]:
             beam_args.append(f"--direct_num_workers={os.cpu_count() or 1}")
         if flag_value(beam_args, "direct_running_mode") is None:
             beam_args.append("--direct_running_mode=multi_processing")
-    return beam_args
+    return spark.with_defaults(beam_args)
 
 
 def is_local_runner(beam_args: list[str]) -> bool:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from beam_pipeline.common import flags, terminal
+from beam_pipeline.common import flags, spark, terminal
 from beam_pipeline.common.redact import redact
 
 if TYPE_CHECKING:
@@ -161,6 +161,9 @@ class Launcher(Generic[LayoutT]):
         step = run_errors.Step(self.first_step())
         run_log = run_errors.RunLog(self.layout.log_dir)
         try:
+            unreachable = spark.unreachable_master(self.beam_args)  # In seconds: Spark's client retries for minutes.
+            if unreachable:
+                raise Refused(unreachable)
             self.check(step)
             problem = storage_errors.folder_problem(self.layout.root)  # A missing or forbidden bucket: 403/404.
             if problem is not None:
@@ -235,6 +238,14 @@ class Launcher(Generic[LayoutT]):
             print(f"error: {len(problems)} shard file(s) are missing or damaged after the run: {listed(problems)}; "
                   "run the same command again to rewrite them", file=sys.stderr)
             return None
+        # Every shard is published: what an abandoned attempt left (one a runner re-ran elsewhere) is garbage.
+        from apache_beam.io.filesystems import FileSystems
+
+        from beam_pipeline.common import output_dir
+
+        leftovers = output_dir.leftover_attempts(self.layout)
+        if leftovers:
+            FileSystems.delete(leftovers)
         return statuses
 
     def error_budget_code(self, manifest: dict[str, Any]) -> int:

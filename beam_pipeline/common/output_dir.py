@@ -37,6 +37,12 @@ def differences(earlier: Any, now: Any, prefix: str = "") -> list[str]:
     return found
 
 
+def leftover_attempts(layout: RunFolder) -> list[str]:
+    """The temporary files of attempts that never published their shard: a killed run's, or, in a run that
+    finished, those of attempts a runner abandoned and re-ran elsewhere (Spark re-runs a lost worker's tasks)."""
+    return [m.path for result in FileSystems.match(layout.temp_files_globs()) for m in result.metadata_list]
+
+
 def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> int:
     """Makes the folder ready; returns how many finished shards an earlier identical run left.
 
@@ -56,7 +62,7 @@ def prepare(layout: RunFolder, fingerprint: dict[str, Any], overwrite: bool) -> 
             f"({', '.join(existing)}); pass --overwrite to replace it, or choose another --output_dir")
     stale = [layout.path(name) for name in existing if not (resumable and name in layout.kept_on_resume())]
     if resumable:  # Files a killed run was still writing.
-        stale += [m.path for result in FileSystems.match(layout.temp_files_globs()) for m in result.metadata_list]
+        stale += leftover_attempts(layout)
     if stale:
         delete_tree(stale)
     # The run file first: a run killed after it is resumed by the same command, while folders made

@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from beam_pipeline.common import flags, terminal
+from beam_pipeline.common import flags, spark, terminal
 from beam_pipeline.common.files import export_sha256
 from beam_pipeline.common.launcher import Launcher, Refused
 from beam_pipeline.inputs import rows as csv_source
@@ -32,6 +32,8 @@ def workers_on_this_machine(beam_args):
     if runner in ("flinkrunner", "flink"):
         master = value(beam_args, "flink_master") or "[auto]"
         return master in _LOCAL_FLINK_MASTERS or master.startswith(("localhost", "127."))
+    if runner in spark.SPARK_RUNNERS:  # An in-process Spark (local[N]) or a cluster on the loopback.
+        return all(host in spark.LOOPBACK_HOSTS for host, _ in spark.master_addresses(spark.master_url(beam_args)))
     if runner in ("portablerunner", "portable"):
         return (value(beam_args, "job_endpoint") or "localhost").startswith(("localhost", "127.", "embed"))
     return False
