@@ -66,25 +66,9 @@ class Step:
         self.doing = doing
 
 
-def _chain(error: BaseException) -> list[BaseException]:
-    """The exception, its causes and contexts, and what Beam's IO errors hold."""
-    seen: list[BaseException] = []
-    pending: list[BaseException | None] = [error]
-    while pending:
-        current = pending.pop()
-        if current is None or any(current is s for s in seen):
-            continue
-        seen.append(current)
-        pending += [current.__cause__, current.__context__]
-        details = getattr(current, "exception_details", None)  # BeamIOError: {path: exception}
-        if isinstance(details, dict):
-            pending += [value for value in details.values() if isinstance(value, BaseException)]
-    return seen
-
-
 def explain(error: BaseException) -> tuple[str, str]:
     """(what happened, what to do) for a failure of the run, judged from its cause."""
-    chain = _chain(error)
+    chain = storage_errors.error_chain(error)
     for current in chain:
         if isinstance(current, OSError) and current.errno in _BY_ERRNO:
             return _BY_ERRNO[current.errno]

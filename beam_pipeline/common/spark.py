@@ -28,12 +28,9 @@ ENVIRONMENT_CACHE = "--environment_cache_millis=60000"
 
 
 def _value(beam_args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(beam_args):
-        if arg == f"--{name}" and i + 1 < len(beam_args):
-            return beam_args[i + 1]
-        if arg.startswith(f"--{name}="):
-            return arg.split("=", 1)[1]
-    return None
+    from beam_pipeline.common.flags import flag_value  # Here: flags imports this module.
+
+    return flag_value(beam_args, name)
 
 
 def is_spark(beam_args: list[str]) -> bool:

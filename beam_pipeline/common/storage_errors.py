@@ -36,6 +36,15 @@ def _own_status(error: BaseException) -> int | None:
 def http_status(error: BaseException) -> int | None:
     """The HTTP status an object store answered, found in `error`'s chain (causes, contexts, Beam's IO
     errors' details), or None when no object store's error is there."""
+    for current in error_chain(error):
+        status = _own_status(current)
+        if status is not None:
+            return status
+    return None
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+    """The exception, its causes and contexts, and what Beam's IO errors hold, each once."""
     seen: list[BaseException] = []
     pending: list[BaseException | None] = [error]
     while pending:
@@ -43,14 +52,11 @@ def http_status(error: BaseException) -> int | None:
         if current is None or any(current is s for s in seen):
             continue
         seen.append(current)
-        status = _own_status(current)
-        if status is not None:
-            return status
         pending += [current.__cause__, current.__context__]
         details = getattr(current, "exception_details", None)  # BeamIOError: {path: exception}
         if isinstance(details, dict):
             pending += [value for value in details.values() if isinstance(value, BaseException)]
-    return None
+    return seen
 
 
 def denied(error: BaseException) -> bool:
