@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import io
 import os
+import sys
 
 # `python -m MODULE` -> the module whose run(argv) it calls.
 COMMANDS = {
@@ -68,21 +69,30 @@ def run_module(module, *args, timeout=None, in_memory=True, cwd=None):
     if in_memory:
         argv = _with_in_memory_runner(module, argv)
     command = importlib.import_module(COMMANDS[module])
+
+    def call():
+        try:
+            return command.run(argv)
+        except SystemExit as exit_:  # argparse's usage errors, and --help.
+            if not isinstance(exit_.code, int | type(None)):
+                print(exit_.code, file=sys.stderr)
+            return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+
+    return _captured([module, *argv], call, cwd)
+
+
+def _captured(command, call, cwd):
+    """`call()`'s exit code with its stdout and stderr captured, run in `cwd` when given: a `Completed`."""
     stdout, stderr = io.StringIO(), io.StringIO()
     previous = os.getcwd()
     try:
         if cwd is not None:
             os.chdir(cwd)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            try:
-                code = command.run(argv)
-            except SystemExit as exit_:  # argparse's usage errors, and --help.
-                code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-                if not isinstance(exit_.code, int | type(None)):
-                    print(exit_.code, file=stderr)
+            code = call()
     finally:
         os.chdir(previous)
-    return Completed([module, *argv], code, stdout.getvalue(), stderr.getvalue())
+    return Completed(command, code, stdout.getvalue(), stderr.getvalue())
 
 
 def script(path, *args, cwd=None):
@@ -94,16 +104,7 @@ def script(path, *args, cwd=None):
     spec = importlib.util.spec_from_file_location(f"script_{os.path.basename(path).split('.')[0]}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    stdout, stderr = io.StringIO(), io.StringIO()
-    previous = os.getcwd()
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = module.main(argv)
-    finally:
-        os.chdir(previous)
-    return Completed([os.fspath(path), *argv], code, stdout.getvalue(), stderr.getvalue())
+    return _captured([os.fspath(path), *argv], lambda: module.main(argv), cwd)
 
 
 def predict(*args, **kwargs):
