@@ -7,9 +7,12 @@
 # 1. the unit tests: pytest over tests/ on both cores (pytest-xdist, `-n 2`: docs/testing.md says why and
 #    what it measured; the pytest args apply here; tests/scale_out/test_flink.py and
 #    tests/scale_out/test_flink_cluster.py are skipped in this step, FLINK_JOB_SERVER_JAR being unset);
-# 2. the Flink integration test, scripts/flink_integration_test.sh (needs Java 17 and Maven):
-#    embedded Flink, then a standing Flink session cluster (scripts/flink_cluster.sh), then a standing
-#    Spark cluster (scripts/spark_cluster.sh).
+# 2. the scale-out step, scripts/flink_integration_test.sh (needs Java 17 and Maven): embedded Flink, then a
+#    standing Flink session cluster (scripts/flink_cluster.sh), then a standing Spark cluster
+#    (scripts/spark_cluster.sh). It runs BESIDE step 1, from its start: alone it kept the two cores ~70 %
+#    busy (JVM start-ups, a TaskManager's loss being noticed, jars shipped, Maven's downloads on a fresh
+#    machine), and step 1 fills what it leaves (docs/testing.md). Its output goes to .cache/scale-out.log,
+#    printed whole once step 1 is done; stopping this script (Ctrl-C) stops it too, clusters included.
 # The OS's chromium is installed before step 1 when missing (scripts/ensure_chromium.sh: the UI's browser test).
 # Both steps always run; the script fails if either fails. SKIP_FLINK=1 runs step 1 only.
 # Every step's wall time is printed at the end, and the unit step's time per test file
@@ -36,6 +39,31 @@ site_log="$(.venv/bin/mkdocs build --strict --site-dir .cache/site 2>&1)" || { e
 echo "docs site: built (mkdocs build --strict)"
 timed "fast lane" $((SECONDS - started))
 
+mkdir -p .cache
+# The scale-out step in a session of its own (setsid): its process group is what a stop signals. Its pytest
+# turns the SIGINT a background job is born ignoring back into KeyboardInterrupt (tests/conftest.py), so a
+# stop ends its jobs by their finalizers, and flink_integration_test.sh's EXIT trap stops its clusters.
+flink=0
+scale_pid=
+stop_scale_out() {
+  if [ -n "$scale_pid" ] && kill -0 "$scale_pid" 2>/dev/null; then
+    kill -INT -- "-$scale_pid" 2>/dev/null || true
+    wait "$scale_pid" 2>/dev/null || true
+  fi
+}
+trap stop_scale_out EXIT
+trap 'stop_scale_out; exit 130' INT
+trap 'stop_scale_out; exit 143' TERM
+if [ -n "${SKIP_FLINK:-}" ] && [ "${SKIP_FLINK}" != "0" ]; then
+  echo "== Scale-out step (Flink, Spark): skipped (SKIP_FLINK is set) =="
+else
+  echo "== Scale-out step (scripts/flink_integration_test.sh): started beside the unit tests, output in .cache/scale-out.log =="
+  rm -f .cache/scale-out.log .cache/scale-out.seconds
+  setsid bash -c 'started=$SECONDS; BEAM_IMAGE_PIPELINE_VENV_READY=1 bash scripts/flink_integration_test.sh; code=$?
+                  echo $((SECONDS - started)) > .cache/scale-out.seconds; exit $code' > .cache/scale-out.log 2>&1 &
+  scale_pid=$!
+fi
+
 # The UI's browser test drives the OS's Chromium: installed here when missing (CI: Debian, root).
 started=$SECONDS
 bash scripts/ensure_chromium.sh
@@ -43,23 +71,20 @@ timed "chromium" $((SECONDS - started))
 
 echo "== Unit tests (pytest tests) =="
 started=$SECONDS
-mkdir -p .cache
 unit=0
 env -u FLINK_JOB_SERVER_JAR -u SPARK_JOB_SERVER_JAR .venv/bin/python -m pytest tests -n 2 --durations=25 \
     --junitxml=.cache/test-times.xml -o junit_family=xunit2 "$@" || unit=$?
 timed "unit tests" $((SECONDS - started))
 
-flink=0
-if [ -n "${SKIP_FLINK:-}" ] && [ "${SKIP_FLINK}" != "0" ]; then
-  echo "== Flink integration test: skipped (SKIP_FLINK is set) =="
-else
-  echo "== Flink integration test (scripts/flink_integration_test.sh) =="
-  started=$SECONDS
-  BEAM_IMAGE_PIPELINE_VENV_READY=1 bash scripts/flink_integration_test.sh || flink=$?
+if [ -n "$scale_pid" ]; then
+  echo "== Scale-out step (scripts/flink_integration_test.sh): waiting for it to end =="
+  wait "$scale_pid" || flink=$?
+  scale_pid=
+  cat .cache/scale-out.log
   if [ "$flink" -ne 0 ] && ! { command -v java && command -v mvn; } >/dev/null 2>&1; then
     echo "(Java 17 and Maven are needed for this step; SKIP_FLINK=1 scripts/test.sh skips it)" >&2
   fi
-  timed "Flink step" $((SECONDS - started))
+  timed "scale-out (beside)" "$(cat .cache/scale-out.seconds 2>/dev/null || echo 0)"
 fi
 
 if [ -s .cache/test-times.xml ]; then
@@ -69,6 +94,6 @@ fi
 echo "== Wall time per step =="
 printf '  %s\n' "${steps[@]}"
 printf '  %-22s %5d s\n' "total" "$SECONDS"
-echo "== Summary: unit tests exit $unit, Flink integration test exit $flink =="
+echo "== Summary: unit tests exit $unit, scale-out step (Flink, Spark) exit $flink =="
 if [ "$unit" -ne 0 ]; then exit "$unit"; fi
 exit "$flink"
