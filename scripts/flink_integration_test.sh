@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The scale-out step (the last step of scripts/test.sh, also runnable alone): Flink and Spark. Obtains
+# The scale-out step (run by scripts/test.sh beside its unit step; also runnable alone): Flink and Spark. Obtains
 # Beam's Flink job server with Maven (once, into ~/.cache/beam-image-pipeline/flink/; see
 # scripts/flink_job_server.sh) and Spark's jars and Beam's Spark job server (once, into
 # ~/.cache/beam-image-pipeline/spark/; see scripts/spark_job_server.sh), then runs, in one pytest process
@@ -8,8 +8,7 @@
 #  - tests/scale_out/test_flink.py: the job on an embedded Flink cluster (Python workers in a worker pool);
 #  - tests/scale_out/test_flink_cluster.py: on a standing Flink session cluster that
 #    scripts/flink_cluster.sh starts from the job server's jars (two TaskManagers, a worker pool
-#    beside each), the predict job, and the job with a TaskManager killed mid-run followed by a
-#    rerun that resumes;
+#    beside each): the job with a TaskManager killed mid-run followed by a rerun that resumes;
 #  - tests/scale_out/test_spark_cluster.py: on a standing Spark cluster that scripts/spark_cluster.sh
 #    starts (a master, two workers, a worker pool beside each), the job with a worker killed mid-run
 #    (Spark re-runs its tasks), then the predict job over its output;

@@ -27,6 +27,9 @@ import pytest  # noqa: E402
 for _proxy in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
     os.environ.pop(_proxy, None)
 
+# Each test's CPU seconds in the JUnit XML (tests/cpu_time.py), which scripts/test_times.py sums per file.
+pytest_plugins = ["cpu_time"]
+
 TESTS_DIR = pathlib.Path(__file__).resolve().parent
 # Every test in these folders is slow (real command lines in subprocesses, scale-out runners):
 # marked here by its folder, so no file can forget its mark. Elsewhere tests are in-process.

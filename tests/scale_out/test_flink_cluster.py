@@ -10,11 +10,14 @@ TaskManager a Beam worker pool of its own that starts the Python SDK workers. Th
 submitted with `--flink_master=localhost:REST --environment_type=EXTERNAL` and
 `--parallelism=2`, so its work is split over both TaskManagers.
 
-One cluster serves the whole session (`flink_cluster`); a further job (e.g. a predict job) is
-one more test function taking that fixture and `cluster.job_flags()`. Each job here costs minutes
-(a job server JVM, the jars shipped, fresh SDK workers for each stage on each TaskManager), so a
-job carries several checks: the rerun after the TaskManager kill is also the check that the
-cluster's output equals the local runner's, through the small dataset's steps, on both TaskManagers.
+One cluster serves the whole session (`flink_cluster`); a further job is one more test function
+taking that fixture and `cluster.job_flags()`. Each job here costs minutes (a job server JVM, the
+jars shipped, fresh SDK workers for each stage on each TaskManager), so a job carries several checks:
+the rerun after the TaskManager kill is also the check that the cluster's output equals the local
+runner's, through the small dataset's steps, on both TaskManagers. The predict job on a standing
+cluster is Spark's test (test_spark_cluster.py): a predict job here too (~74 s of the step, ~100 s of
+CPU, measured 2026-12-05) checked the same portable path (tests/scale_out/test_portable_runner.py
+runs it in the unit step) a second time, and went for the CI budget.
 """
 
 import glob
@@ -138,19 +141,6 @@ def flink_cluster(tmp_path_factory):
     finally:
         stopped = cluster.stop()  # By the PIDs it recorded; also after a failed start.
         assert stopped.returncode == 0, stopped.stderr
-
-
-def test_predict_job_on_the_standing_cluster_matches_the_local_run(small_run, small_predictions, flink_cluster):
-    """The predict job (RunInference, Parquet shards) over both TaskManagers: identical Parquet."""
-    cluster, folder, (export, local_predictions) = flink_cluster, small_run.folder, small_predictions
-    jobs_before = set(cluster.jobs())
-    result = scaleout.run_predict_killing_group(
-        os.path.relpath(export, folder), os.path.relpath(small_run.local, folder), "pred_flink_cluster",
-        *cluster.job_flags(), cwd=folder, timeout=TIMEOUT)
-    assert result.returncode == 0, cluster.explain(result)
-    outputs.assert_same_predictions(local_predictions, folder / "pred_flink_cluster")
-    [(job_id, overview)] = [(jid, j) for jid, j in cluster.jobs().items() if jid not in jobs_before]
-    assert overview["state"] == "FINISHED" and overview["tasks"]["total"] > 1, overview
 
 
 ABSENT = "absent.jpg"

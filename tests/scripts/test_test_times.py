@@ -12,6 +12,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 import test_times  # noqa: E402
 
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 @pytest.fixture(scope="module")
 def junit_runs(tmp_path_factory):
@@ -25,12 +27,15 @@ def junit_runs(tmp_path_factory):
         "def test_one(slow): pass\n"
         "@pytest.mark.parametrize('n', [1, 2])\ndef test_two(n): pass\n"
         "class TestGroup:\n    def test_three(self): pass\n"
+        "def test_burns_cpu():\n    t = time.process_time()\n    while time.process_time() - t < 0.3: pass\n"
         "@pytest.mark.skip('not here')\ndef test_skipped(): pass\n")
     (folder / "tests" / "test_b.py").write_text("def test_b(): pass\n")
     after = folder / "after.xml"
-    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+    # With the suite's CPU plugin (tests/cpu_time.py), as tests/conftest.py loads it.
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "cpu_time",
                     "--rootdir", str(folder), "-o", "addopts=", "--junitxml", str(after), "tests"],
-                   cwd=folder, capture_output=True, text=True, check=True)
+                   cwd=folder, capture_output=True, text=True, check=True,
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])))
     tree = ElementTree.parse(after)
     for case in tree.getroot().iter("testcase"):
         if case.get("classname") == "tests.test_b":
@@ -41,7 +46,7 @@ def junit_runs(tmp_path_factory):
 
 def test_seconds_and_counts_per_file_include_fixtures_and_leave_out_skipped_tests(junit_runs):
     seconds, counts = test_times.seconds_per_file(junit_runs[1])
-    assert counts == {"tests/sub/test_a.py": 4, "tests/test_b.py": 1}  # Parametrized and class tests; no skip.
+    assert counts == {"tests/sub/test_a.py": 5, "tests/test_b.py": 1}  # Parametrized and class tests; no skip.
     assert seconds["tests/sub/test_a.py"] >= 0.2  # The module fixture's set-up counts in the file's time.
     assert seconds["tests/test_b.py"] < 0.2
 
@@ -50,14 +55,25 @@ def test_the_table_puts_the_slowest_file_first_and_sums_every_file(junit_runs, c
     assert test_times.main([junit_runs[1], "--top", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "tests/sub/test_a.py" in lines[0] and "in all, 1 more files not shown" in lines[-1]
-    assert "5 tests" in lines[-1]
+    assert "6 tests" in lines[-1]
     assert test_times.main([junit_runs[1], "--before", junit_runs[0], "--markdown"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0] == "| test file | tests before | seconds before | tests after | seconds after |"
     assert table[2].startswith("| `tests/test_b.py` | 1 | 12 | 1 | 0 |")  # Slowest before or after, first.
-    assert table[3].startswith("| `tests/sub/test_a.py` | 4 |") and table[-1].startswith("| **all files** | 5 |")
+    assert table[3].startswith("| `tests/sub/test_a.py` | 5 |") and table[-1].startswith("| **all files** | 6 |")
 
 
 def test_a_missing_file_is_one_line_and_exit_2(tmp_path, capsys):
     assert test_times.main([str(tmp_path / "none.xml")]) == 2
     assert capsys.readouterr().err.startswith("error: cannot read a JUnit XML file")
+
+
+def test_cpu_seconds_are_recorded_per_test_and_summed_per_file(junit_runs, capsys):
+    """The module fixture sleeps (wall, no CPU); test_burns_cpu spins 0.3 s of CPU: the CPU column tells them apart."""
+    seconds, _, cpu = test_times.times_per_file(junit_runs[1])
+    assert set(cpu) == {"tests/sub/test_a.py", "tests/test_b.py"}  # Every test recorded its CPU seconds.
+    assert cpu["tests/sub/test_a.py"] >= 0.3 and cpu["tests/test_b.py"] < 0.1
+    assert seconds["tests/sub/test_a.py"] >= 0.5  # Wall: the 0.2 s sleep and the 0.3 s spin.
+    assert test_times.main([junit_runs[1], "--by", "cpu"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "tests/sub/test_a.py" in lines[0] and " s CPU " in lines[0]
