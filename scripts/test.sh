@@ -76,6 +76,15 @@ env -u FLINK_JOB_SERVER_JAR -u SPARK_JOB_SERVER_JAR .venv/bin/python -m pytest t
     --junitxml=.cache/test-times.xml -o junit_family=xunit2 "$@" || unit=$?
 timed "unit tests" $((SECONDS - started))
 
+# pytest exits 2 when interrupted (Ctrl-C, or an error while collecting). A Ctrl-C reaches pytest, which
+# handles it and exits 2, and bash then runs no INT trap (it does so only for a child that died of the
+# signal): found by a Ctrl-C 100 s into a run, after which this script went on to wait for the scale-out step.
+if [ "$unit" -eq 2 ] && [ -n "$scale_pid" ]; then
+  echo "== Unit tests interrupted (pytest exit 2): stopping the scale-out step =="
+  stop_scale_out
+  scale_pid=
+  flink=130
+fi
 if [ -n "$scale_pid" ]; then
   echo "== Scale-out step (scripts/flink_integration_test.sh): waiting for it to end =="
   wait "$scale_pid" || flink=$?
