@@ -739,6 +739,14 @@ def stop(paths: ClusterPaths) -> int:
 
 def status(paths: ClusterPaths) -> int:
     """`status`: each member (running or not), how many TaskManagers the REST API lists, the endpoints."""
+    ports = read_ports_file(paths)
+    return show_status(paths, "TaskManagers registered",
+                       None if ports is None else lambda: registered_task_managers(ports[0]))
+
+
+def show_status(paths: ClusterPaths, counted: str, count: Callable[[], int | None] | None) -> int:
+    """A cluster script's `status` (this one's and spark_cluster.py's): each member, running or not, the
+    `counted` members its master lists (`count()`, where the ports file was read), and the endpoints."""
     names = members(paths)
     if not names:
         print(f"not running ({paths.dir})")
@@ -746,10 +754,9 @@ def status(paths: ClusterPaths) -> int:
     for name in names:
         pid = running_pid(paths, name)
         print(f"{name}: running (pid {pid})" if pid is not None else f"{name}: not running")
-    ports = read_ports_file(paths)
-    if ports is not None:
-        count = registered_task_managers(ports[0])
-        print(f"TaskManagers registered: {'' if count is None else count}")
+    if count is not None:
+        number = count()
+        print(f"{counted}: {'' if number is None else number}")
     if os.path.isfile(paths.env_file):
         with open(paths.env_file, encoding="utf-8") as f:
             sys.stdout.write(f.read())
@@ -763,26 +770,38 @@ def _whole_number(text: str) -> int | None:
 
 def parse_args(argv: Sequence[str], environ: dict[str, str]) -> tuple[str, int]:
     """(subcommand, TaskManagers) from the command line and FLINK_TASK_MANAGERS; ClusterError when wrong."""
-    if not argv:
-        raise UsageError()
-    command, rest = argv[0], list(argv[1:])
-    task_managers = environ.get("FLINK_TASK_MANAGERS") or "2"
-    while rest:
-        arg = rest.pop(0)
-        if arg.startswith("--task_managers="):
-            task_managers = arg.split("=", 1)[1]
-        elif arg == "--task_managers":
-            task_managers = rest.pop(0) if rest else ""
-        else:
-            raise UsageError()
+    command, task_managers = command_and_count(argv, "--task_managers", environ.get("FLINK_TASK_MANAGERS") or "2")
     number = _whole_number(task_managers)
     if not number:
         raise ClusterError(f"the number of TaskManagers must be a whole number from 1 to {MAX_TASK_MANAGERS}")
     if number > MAX_TASK_MANAGERS:
         raise ClusterError(f"at most {MAX_TASK_MANAGERS} TaskManagers (one loopback address each)")
+    check_command(command)
+    return command, number
+
+
+def command_and_count(argv: Sequence[str], flag: str, default: str) -> tuple[str, str]:
+    """(subcommand, the text of `flag`'s count, else `default`) of `SUBCOMMAND [FLAG N | FLAG=N]`; UsageError on
+    anything else. The subcommand is checked by `check_command`, after the count (a wrong count is named first)."""
+    if not argv:
+        raise UsageError()
+    command, rest = argv[0], list(argv[1:])
+    count = default
+    while rest:
+        arg = rest.pop(0)
+        if arg.startswith(f"{flag}="):
+            count = arg.split("=", 1)[1]
+        elif arg == flag:
+            count = rest.pop(0) if rest else ""
+        else:
+            raise UsageError()
+    return command, count
+
+
+def check_command(command: str) -> None:
+    """UsageError unless `command` is one of the cluster scripts' subcommands."""
     if command not in ("start", "stop", "status"):
         raise UsageError()
-    return command, number
 
 
 def _setting(environ: dict[str, str], name: str, default: str) -> int:
@@ -795,9 +814,9 @@ def _setting(environ: dict[str, str], name: str, default: str) -> int:
 
 def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """The command line (see the module's docstring); returns the exit code."""
-    argv = sys.argv[1:] if argv is None else argv
     environ = dict(os.environ) if environ is None else environ
-    try:
+
+    def run(argv: Sequence[str]) -> int:
         command, task_managers = parse_args(argv, environ)
         paths = ClusterPaths(environ.get("FLINK_CLUSTER_DIR") or os.path.join(ROOT, ".cache", "flink", "cluster"))
         if command == "stop":
@@ -806,8 +825,15 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
             return status(paths)
         return start(paths, task_managers, _setting(environ, "FLINK_TASK_SLOTS", "1"),
                      _setting(environ, "FLINK_CLUSTER_TIMEOUT", "180"), environ)
+    return run_command(run, sys.argv[1:] if argv is None else argv, USAGE)
+
+
+def run_command(run: Callable[[Sequence[str]], int], argv: Sequence[str], usage: str) -> int:
+    """`run(argv)`'s exit code, a cluster script's errors made exit codes: the usage (exit 2), one line (2)."""
+    try:
+        return run(argv)
     except UsageError:
-        print(USAGE, file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     except ClusterError as error:
         if str(error):

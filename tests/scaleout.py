@@ -270,3 +270,43 @@ def predict_command(model_dir, input_dir, out, *extra):
 def run_predict_killing_group(model_dir, input_dir, out, *extra, env=None, cwd=None, timeout=600):
     """The predict job, run like `run_job_killing_group`."""
     return finish_job(start_command(predict_command(model_dir, input_dir, out, *extra), env=env, cwd=cwd), timeout)
+
+
+class ScriptedCluster:
+    """A standing cluster that a scripts/*_cluster.sh started in `folder` (the scale-out tests' Flink and Spark
+    clusters): its script's subcommands, its members' PIDs, and a failed job explained with the members' logs.
+    A subclass names its `script` and reads its endpoints in `start` and its logs in `log_files`."""
+
+    script = ""
+
+    def __init__(self, folder, env):
+        self.folder, self.env = folder, env
+
+    def _script(self, command):
+        return subprocess.run(["bash", self.script, command], capture_output=True, text=True, env=self.env,
+                              timeout=600)
+
+    def stop(self):
+        return self._script("stop")
+
+    def pid(self, name):
+        with open(os.path.join(self.folder, "pids", f"{name}.pid")) as f:
+            return int(f.read().split()[0])
+
+    def log_files(self):
+        """The members' log files, in the order a failure message shows them."""
+        raise NotImplementedError
+
+    def logs(self, lines=60):
+        """The end of every member's log, for a failure message."""
+        parts = []
+        for path in self.log_files():
+            with open(path, errors="replace") as f:
+                tail = [line[:400] for line in f.read().splitlines()[-lines:]]
+            parts.append(f"----- {path}\n" + "\n".join(tail))
+        return "\n".join(parts)
+
+    def explain(self, result):
+        """A failed job's output and the cluster's logs."""
+        return (f"exit code {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}\n"
+                f"===== cluster logs\n{self.logs()}")

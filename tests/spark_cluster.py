@@ -291,51 +291,26 @@ def stop(paths: fc.ClusterPaths) -> int:
 
 def status(paths: fc.ClusterPaths) -> int:
     """`status`: each member (running or not), how many workers the master lists alive, the endpoints."""
-    names = fc.members(paths)
-    if not names:
-        print(f"not running ({paths.dir})")
-        return 0
-    for name in names:
-        pid = fc.running_pid(paths, name)
-        print(f"{name}: running (pid {pid})" if pid is not None else f"{name}: not running")
     ports = read_ports(paths)
-    if ports is not None:
-        count = alive_workers(ports[1])
-        print(f"workers alive: {'' if count is None else count}")
-    if os.path.isfile(paths.env_file):
-        with open(paths.env_file, encoding="utf-8") as f:
-            sys.stdout.write(f.read())
-    return 0
+    return fc.show_status(paths, "workers alive", None if ports is None else lambda: alive_workers(ports[1]))
 
 
 def parse_args(argv: Sequence[str], environ: dict[str, str]) -> tuple[str, int]:
     """(subcommand, workers) from the command line and SPARK_WORKERS; ClusterError when wrong."""
-    if not argv:
-        raise fc.UsageError()
-    command, rest = argv[0], list(argv[1:])
-    workers = environ.get("SPARK_WORKERS") or "2"
-    while rest:
-        arg = rest.pop(0)
-        if arg.startswith("--workers="):
-            workers = arg.split("=", 1)[1]
-        elif arg == "--workers":
-            workers = rest.pop(0) if rest else ""
-        else:
-            raise fc.UsageError()
+    command, workers = fc.command_and_count(argv, "--workers", environ.get("SPARK_WORKERS") or "2")
     number = fc._whole_number(workers)
     if not number or number > MAX_WORKERS:
         raise fc.ClusterError(f"the number of workers must be a whole number from 1 to {MAX_WORKERS}")
-    if command not in ("start", "stop", "status"):
-        raise fc.UsageError()
+    fc.check_command(command)
     return command, number
 
 
 def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
     """The command line (see the module's docstring); returns the exit code."""
     fc.PROGRAM["name"] = "spark_cluster"
-    argv = sys.argv[1:] if argv is None else argv
     environ = dict(os.environ) if environ is None else environ
-    try:
+
+    def run(argv: Sequence[str]) -> int:
         command, workers = parse_args(argv, environ)
         paths = cluster_paths(environ.get("SPARK_CLUSTER_DIR") or os.path.join(ROOT, ".cache", "spark", "cluster"))
         if command == "stop":
@@ -343,15 +318,7 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
         if command == "status":
             return status(paths)
         return start(paths, workers, fc._setting(environ, "SPARK_CLUSTER_TIMEOUT", "180"), environ)
-    except fc.UsageError:
-        print(USAGE, file=sys.stderr)
-        return 2
-    except fc.ClusterError as error:
-        if str(error):
-            fc.log(f"error: {error}")
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return fc.run_command(run, sys.argv[1:] if argv is None else argv, USAGE)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import urllib.request
 
@@ -49,16 +48,14 @@ pytestmark = pytest.mark.skipif(
     not JAR, reason="FLINK_JOB_SERVER_JAR is not set: run scripts/flink_integration_test.sh")
 
 
-class FlinkCluster:
+class FlinkCluster(scaleout.ScriptedCluster):
     """A cluster started by scripts/flink_cluster.sh in `folder`: its endpoints, REST API and logs."""
 
-    def __init__(self, folder, env):
-        self.folder, self.env = folder, env
-        self.rest = self.environment_config = None
+    script = SCRIPT
 
-    def _script(self, command):
-        return subprocess.run(["bash", SCRIPT, command], capture_output=True, text=True, env=self.env,
-                              timeout=600)
+    def __init__(self, folder, env):
+        super().__init__(folder, env)
+        self.rest = self.environment_config = None
 
     def start(self):
         """Starts the cluster, or restarts what of it is missing; fails the test with its logs."""
@@ -67,9 +64,6 @@ class FlinkCluster:
         endpoints = dict(line.split("=", 1) for line in result.stdout.split())
         self.rest = endpoints["FLINK_REST"]
         self.environment_config = endpoints["FLINK_ENVIRONMENT_CONFIG"]
-
-    def stop(self):
-        return self._script("stop")
 
     def job_flags(self):
         """The Beam flags that run a job on this cluster, its work split over both TaskManagers."""
@@ -94,10 +88,6 @@ class FlinkCluster:
             rows[manager] = rows.get(manager, 0) + subtask["metrics"]["read-records"]
         return rows
 
-    def pid(self, name):
-        with open(os.path.join(self.folder, "pids", f"{name}.pid")) as f:
-            return int(f.read().split()[0])
-
     def workers_started(self):
         """How many SDK workers each TaskManager's pool has started (since the pool started)."""
         counts = []
@@ -106,19 +96,8 @@ class FlinkCluster:
                 counts.append(f.read().count("Starting worker with command"))
         return counts
 
-    def logs(self, lines=60):
-        """The end of every member's log, for a failure message."""
-        parts = []
-        for path in sorted(glob.glob(os.path.join(self.folder, "logs", "*.log*"))):
-            with open(path, errors="replace") as f:
-                tail = [line[:400] for line in f.read().splitlines()[-lines:]]
-            parts.append(f"----- {path}\n" + "\n".join(tail))
-        return "\n".join(parts)
-
-    def explain(self, result):
-        """A failed job's output and the cluster's logs."""
-        return (f"exit code {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}\n"
-                f"===== cluster logs\n{self.logs()}")
+    def log_files(self):
+        return sorted(glob.glob(os.path.join(self.folder, "logs", "*.log*")))
 
 
 @pytest.fixture(scope="session")

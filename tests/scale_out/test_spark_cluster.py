@@ -19,7 +19,6 @@ local runs the Flink tests use too (small_run, small_predictions): Spark adds no
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.request
 
@@ -39,16 +38,14 @@ pytestmark = pytest.mark.skipif(
     not JAR, reason="SPARK_JOB_SERVER_JAR is not set: run scripts/flink_integration_test.sh")
 
 
-class SparkCluster:
+class SparkCluster(scaleout.ScriptedCluster):
     """A cluster started by scripts/spark_cluster.sh in `folder`: its master URL, pools, web UI and logs."""
 
-    def __init__(self, folder, env):
-        self.folder, self.env = folder, env
-        self.master_url = self.environment_config = self.ui = None
+    script = SCRIPT
 
-    def _script(self, command):
-        return subprocess.run(["bash", SCRIPT, command], capture_output=True, text=True, env=self.env,
-                              timeout=600)
+    def __init__(self, folder, env):
+        super().__init__(folder, env)
+        self.master_url = self.environment_config = self.ui = None
 
     def start(self):
         """Starts the cluster, or restarts what of it is missing; fails the test with its logs."""
@@ -59,9 +56,6 @@ class SparkCluster:
         endpoints = dict(line.split("=", 1) for line in lines)
         self.environment_config = endpoints["SPARK_ENVIRONMENT_CONFIG"]
         self.ui = endpoints["SPARK_MASTER_UI"]
-
-    def stop(self):
-        return self._script("stop")
 
     def job_flags(self):
         """The Beam flags a user gives to run a job on this cluster."""
@@ -78,27 +72,13 @@ class SparkCluster:
         state = self.state()
         return {app["id"]: app for app in state["activeapps"] + state["completedapps"]}
 
-    def pid(self, name):
-        with open(os.path.join(self.folder, "pids", f"{name}.pid")) as f:
-            return int(f.read().split()[0])
-
     def executors_of(self, application):
         """The worker folders that ran an executor of `application` (each worker keeps one folder per app)."""
         return sorted(name for name in WORKERS if os.path.isdir(os.path.join(self.folder, name, "work", application)))
 
-    def logs(self, lines=60):
-        parts = []
-        for root, _, names in os.walk(self.folder):
-            for name in sorted(names):
-                if name.endswith((".log", "stderr")):
-                    with open(os.path.join(root, name), errors="replace") as f:
-                        tail = [line[:400] for line in f.read().splitlines()[-lines:]]
-                    parts.append(f"----- {os.path.join(root, name)}\n" + "\n".join(tail))
-        return "\n".join(parts)
-
-    def explain(self, result):
-        return (f"exit code {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}\n"
-                f"===== cluster logs\n{self.logs()}")
+    def log_files(self):
+        return [os.path.join(root, name) for root, _, names in os.walk(self.folder)
+                for name in sorted(names) if name.endswith((".log", "stderr"))]
 
 
 @pytest.fixture(scope="session")
