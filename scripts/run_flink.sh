@@ -46,4 +46,8 @@ fi
 if ! has_flag --environment_type && { [ "$master" = "[local]" ] || [ "$master" = "[auto]" ]; }; then
   args+=("--environment_type=LOOPBACK")
 fi
+# A task manager keeps its Python SDK worker (which imports TensorFlow) between a job's stages instead of starting
+# one per stage; Beam honours it where its runner's classes are on the task managers' own classpath
+# (scripts/flink_cluster.sh, embedded Flink), and ignores it elsewhere (docs/runners.md).
+has_flag --environment_cache_millis || args+=("--environment_cache_millis=60000")
 exec .venv/bin/python -m beam_pipeline --runner=FlinkRunner "${args[@]}"

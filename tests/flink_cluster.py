@@ -3,8 +3,8 @@
 The cluster is laid out as a standing cluster is, from the jars that scripts/flink_job_server.sh
 resolves (no Flink distribution is downloaded):
  - 1 JobManager (StandaloneSessionClusterEntrypoint; classpath: the launcher's lib/*);
- - N TaskManagers (TaskManagerRunner; classpath: Flink's own jars only, as on a real cluster:
-   the job server ships Beam's jars with each job);
+ - N TaskManagers (TaskManagerRunner; classpath: the same lib/*, Flink's jars and Beam's runner, loaded
+   parent-first: see KEEPS_SDK_WORKERS);
  - beside each TaskManager, its own Beam worker pool (scripts/flink/worker_pool.py: Beam's
    worker_pool_main servicer, bound to one address), which starts the Python SDK workers with
    the .venv's python.
@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import fnmatch
 import glob
 import http.client
 import json
@@ -87,9 +86,15 @@ TASK_MANAGER_MAIN = "org.apache.flink.runtime.taskexecutor.TaskManagerRunner"
 REGISTERED_LINE = "Successful registration at resource manager"
 STOP_GRACE_S = 10  # After SIGTERM to every member, what is left is sent SIGKILL.
 
-# Flink's own jars only: what a Flink distribution's lib/ holds, none of Beam's.
-FLINK_JAR_PATTERNS = ("flink-*", "slf4j-*", "commons-*", "kryo-*", "chill-*", "minlog-*", "objenesis-*",
-                      "snakeyaml*", "lz4-*", "snappy-*", "jsr305-*", "javassist-*", "async-profiler-*")
+# Why the TaskManagers hold Beam's runner jars too, loaded parent-first: Beam's Flink runner keeps a job's
+# Python SDK worker between its stages (`--environment_cache_millis`) only when its own classes come from
+# Flink's parent classloader (FlinkExecutableStageContextFactory: "Clean up context immediately if its class is
+# not loaded on Flink parent classloader"). With Flink's jars alone there (Beam's shipped with each job, loaded
+# child-first), every stage on every TaskManager started a fresh worker, each importing TensorFlow (~11 s of
+# CPU): the fault test started ~7 a TaskManager for a job and took 420 s of CPU; with this, 1-2 a pool, 274 s.
+# Parent-first for every class, not only org.apache.beam.: Beam's objects deserialized in a task reference its
+# dependencies (joda-time, jackson), which must come from the same loader as Beam's own classes.
+KEEPS_SDK_WORKERS = "classloader.resolve-order: parent-first\n"
 # What Flink's start scripts give every JVM on Java 17 (the distribution's env.java.opts.all):
 # Flink reflects into these JDK packages.
 JAVA_MODULE_OPTS = (
@@ -502,7 +507,8 @@ def flink_conf(rest_port: int, rpc_port: int, slots: int, tmp_dir: str) -> str:
             "heartbeat.timeout: 20000\n"
             f"io.tmp.dirs: {tmp_dir}\n"
             f"blob.storage.directory: {tmp_dir}\n"
-            f"web.tmpdir: {tmp_dir}\n")
+            f"web.tmpdir: {tmp_dir}\n"
+            f"{KEEPS_SDK_WORKERS}")
 
 
 def write_conf(paths: ClusterPaths, rest_port: int, rpc_port: int, slots: int) -> None:
@@ -551,13 +557,6 @@ def find_lib(environ: dict[str, str]) -> str:
     return lib
 
 
-def flink_classpath(lib: str) -> str:
-    """The TaskManagers' classpath: the jars of `lib` that a Flink distribution's lib/ would hold."""
-    jars = sorted(glob.glob(os.path.join(glob.escape(lib), "*.jar")))
-    return ":".join(jar for jar in jars
-                    if any(fnmatch.fnmatchcase(os.path.basename(jar), pattern) for pattern in FLINK_JAR_PATTERNS))
-
-
 def job_manager_command(paths: ClusterPaths, lib: str) -> list[str]:
     """The JobManager's command line (`java` expands the classpath's `lib/*` itself)."""
     return ["java", *JAVA_MODULE_OPTS, f"-Xms{JOB_MANAGER_HEAP}", f"-Xmx{JOB_MANAGER_HEAP}",
@@ -565,9 +564,10 @@ def job_manager_command(paths: ClusterPaths, lib: str) -> list[str]:
 
 
 def task_manager_command(paths: ClusterPaths, lib: str, number: int) -> list[str]:
-    """TaskManager `number`'s command line: Flink's jars only, its own hosts file, a fixed resource id."""
+    """TaskManager `number`'s command line: the launcher's jars (KEEPS_SDK_WORKERS), its own hosts file, a fixed
+    resource id."""
     return ["java", *JAVA_MODULE_OPTS, *task_manager_jvm_flags(),
-            f"-Djdk.net.hosts.file={paths.hosts_file(number)}", "-cp", flink_classpath(lib),
+            f"-Djdk.net.hosts.file={paths.hosts_file(number)}", "-cp", os.path.join(lib, "*"),
             TASK_MANAGER_MAIN, "--configDir", paths.conf, f"-Dtaskmanager.resource-id=taskmanager-{number}"]
 
 

@@ -20,6 +20,12 @@ import time
 from collections.abc import Mapping, Sequence
 
 MISSING = "images/missing.jpg"
+# Flink keeps a job's SDK workers between its stages instead of starting fresh ones (each imports TensorFlow) for
+# each stage: without it the small job started 7 workers one after another on embedded Flink, ~7 a TaskManager on
+# the standing cluster. Beam honours it where its runner's classes come from Flink's own classpath: the job server's
+# JVM (embedded), the standing cluster's TaskManagers (flink_cluster.py's KEEPS_SDK_WORKERS). scripts/run_flink.sh
+# gives it by default.
+FLINK_ENVIRONMENT_CACHE = "--environment_cache_millis=60000"
 
 
 def make_small_dataset(folder, count=12, size=32):

@@ -133,13 +133,13 @@ def test_every_task_manager_memory_pool_is_set_and_the_jvm_limits_add_up(paths):
     assert megabytes(flags["-XX:MaxMetaspaceSize"]) == memory["jvm-metaspace.size"]
 
 
-def test_task_manager_classpath_holds_flink_jars_only(tmp_path):
-    for name in ("flink-core-1.19.1.jar", "slf4j-api-1.7.36.jar", "snakeyaml-engine-2.6.jar",
-                 "beam-sdks-java-core-2.62.0.jar", "guava-33.jar", "flink-notes.txt"):
-        (tmp_path / name).write_text("")
-    classpath = flink_cluster.flink_classpath(str(tmp_path))
-    assert [os.path.basename(jar) for jar in classpath.split(":")] == [
-        "flink-core-1.19.1.jar", "slf4j-api-1.7.36.jar", "snakeyaml-engine-2.6.jar"]
+def test_task_managers_load_beams_runner_parent_first(paths):
+    # Beam keeps a job's SDK worker between stages only for its classes loaded by Flink's parent classloader.
+    command = flink_cluster.task_manager_command(paths, "/jars/lib", 1)
+    assert command[command.index("-cp") + 1] == "/jars/lib/*"  # Flink's and Beam's jars, as the JobManager's.
+    conf = dict(line.split(": ", 1) for line in flink_cluster.flink_conf(1, 2, 1, "/tmp/x").splitlines()
+                if line and not line.startswith("#"))
+    assert conf["classloader.resolve-order"] == "parent-first"
 
 
 def test_endpoints_name_every_pool_in_task_manager_order(paths):

@@ -23,10 +23,6 @@ JAR = os.path.abspath(JAR) if JAR else ""  # The job runs from another folder.
 # A stuck job (e.g. workers that cannot start) fails after this many seconds instead of
 # blocking CI; a healthy run takes about a minute.
 TIMEOUT = int(os.environ.get("FLINK_TEST_TIMEOUT", "480"))
-# Keep a job's SDK workers between its stages instead of starting fresh ones (each imports TensorFlow) for
-# each stage: without it the small job started 7 workers one after another, most of its time. Embedded Flink
-# only: on a standing cluster Beam's classes come with the job, and Beam then ignores this setting.
-ENVIRONMENT_CACHE = "--environment_cache_millis=60000"
 
 pytestmark = pytest.mark.skipif(
     not JAR, reason="FLINK_JOB_SERVER_JAR is not set: run scripts/flink_integration_test.sh")
@@ -56,7 +52,7 @@ def test_embedded_flink_matches_the_local_runner(small_run, worker_pool):
     result = scaleout.run_job_killing_group(
         os.path.relpath(small_run.csv_path, folder), "out_flink_embedded",
         "--runner=FlinkRunner", "--flink_master=[local]", f"--flink_job_server_jar={JAR}",
-        "--environment_type=EXTERNAL", f"--environment_config={worker_pool}", ENVIRONMENT_CACHE,
+        "--environment_type=EXTERNAL", f"--environment_config={worker_pool}", scaleout.FLINK_ENVIRONMENT_CACHE,
         *scaleout.small_step_flags(folder),
         cwd=folder, timeout=TIMEOUT)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-6000:]

@@ -5,14 +5,15 @@ builds (the cluster is started from the Flink jars in its lib/): `scripts/flink_
 runs this file after tests/scale_out/test_flink.py. Elsewhere it is skipped.
 
 The cluster is laid out as a real one: a JobManager, two TaskManagers whose JVMs hold Flink's
-jars only (the job server ships Beam's with the job over the REST API), and beside each
-TaskManager a Beam worker pool of its own that starts the Python SDK workers. The job is
+jars and Beam's runner, loaded parent-first (so that each keeps its SDK worker between a job's stages:
+flink_cluster.py's KEEPS_SDK_WORKERS), and beside each TaskManager a Beam worker pool of its own that
+starts the Python SDK workers. The job is
 submitted with `--flink_master=localhost:REST --environment_type=EXTERNAL` and
 `--parallelism=2`, so its work is split over both TaskManagers.
 
 One cluster serves the whole session (`flink_cluster`); a further job is one more test function
 taking that fixture and `cluster.job_flags()`. Each job here costs minutes (a job server JVM, the
-jars shipped, fresh SDK workers for each stage on each TaskManager), so a job carries several checks:
+jars shipped, an SDK worker on each TaskManager), so a job carries several checks:
 the rerun after the TaskManager kill is also the check that the cluster's output equals the local
 runner's, through the small dataset's steps, on both TaskManagers. The predict job on a standing
 cluster is Spark's test (test_spark_cluster.py): a predict job here too (~74 s of the step, ~100 s of
@@ -32,6 +33,7 @@ import numpy as np
 import pytest
 
 import imaging
+import in_process
 import outputs
 import scaleout
 from tf_serving_input.layout import OutputLayout
@@ -69,7 +71,7 @@ class FlinkCluster(scaleout.ScriptedCluster):
         """The Beam flags that run a job on this cluster, its work split over both TaskManagers."""
         return ("--runner=FlinkRunner", f"--flink_master={self.rest}", f"--flink_job_server_jar={JAR}",
                 "--environment_type=EXTERNAL", f"--environment_config={self.environment_config}",
-                f"--parallelism={len(TASK_MANAGERS)}")
+                f"--parallelism={len(TASK_MANAGERS)}", scaleout.FLINK_ENVIRONMENT_CACHE)
 
     def get(self, path):
         with urllib.request.urlopen(f"http://{self.rest}{path}", timeout=30) as response:
@@ -95,6 +97,20 @@ class FlinkCluster(scaleout.ScriptedCluster):
             with open(os.path.join(self.folder, "logs", f"worker-pool-{number}.log"), errors="replace") as f:
                 counts.append(f.read().count("Starting worker with command"))
         return counts
+
+    def live_workers(self):
+        """The pids of the SDK workers that the pools are running now (each pool's child processes)."""
+        pools = {self.pid(f"worker-pool-{number}") for number in range(1, len(TASK_MANAGERS) + 1)}
+        workers = []
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+            except OSError:
+                continue  # Gone meanwhile.
+            if int(parent) in pools and state != "Z":
+                workers.append(int(entry))
+        return workers
 
     def log_files(self):
         return sorted(glob.glob(os.path.join(self.folder, "logs", "*.log*")))
@@ -171,9 +187,12 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_c
     killed = process.poll() is None and bool(list(status_dir.glob("*.json")))
     if killed:
         os.kill(cluster.pid("taskmanager-1"), signal.SIGKILL)  # The JVM only, as an OOM kill would.
-        # The uninterrupted reference (the default local runner) runs while Flink notices the loss and
-        # the TaskManager restarts, which leave the CPUs mostly idle; it is awaited before the comparisons.
-        reference = scaleout.start_job(csv_path, uninterrupted, *flags, cwd=tmp_path)  # The steps' paths are relative.
+        # The uninterrupted reference (the local runner, in memory: its worker processes would import TensorFlow
+        # once more each, and its output is the same bytes whatever the workers, test_reliability.py) runs while
+        # Flink notices the loss and the TaskManager restarts, which leave the CPUs mostly idle; it is awaited
+        # before the comparisons.
+        reference = scaleout.start_job(csv_path, uninterrupted, *flags, *in_process.IN_MEMORY,
+                                       cwd=tmp_path)  # The steps' paths are relative.
         # A failed assertion before it is awaited must not leave it running: its group goes with the test.
         request.addfinalizer(lambda: reference.poll() is None and scaleout.signal_group(reference.pid, signal.SIGKILL))
     result = scaleout.finish_job(process, timeout=TIMEOUT if killed else 1)
@@ -191,8 +210,14 @@ def test_killed_task_manager_fails_the_job_and_a_rerun_resumes(tmp_path, flink_c
     assert failed["state"] == "FAILED", failed
 
     # Brings taskmanager-1 back with a fresh pool beside it: the old pool's workers, which
-    # served the dead TaskManager, are ended, so nothing writes into `out` any more.
+    # served the dead TaskManager, are ended. The other TaskManager keeps its SDK worker for the job's
+    # --environment_cache_millis after the job failed, finishing the bundle it had: the count is taken once
+    # the pools run no worker, so that nothing writes into `out` any more.
     cluster.start()
+    deadline = time.monotonic() + TIMEOUT
+    while cluster.live_workers() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not cluster.live_workers(), "the failed job's SDK workers outlived its environment cache"
     finished = len(list(status_dir.glob("*.json")))
     reference_result = scaleout.finish_job(reference, timeout=600)
     assert reference_result.returncode == 0, reference_result.stderr[-3000:]
