@@ -19,6 +19,9 @@
 # (scripts/test_times.py over its JUnit XML, .cache/test-times.xml), so a change that adds minutes shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python writes the .pyc files of what the tests import beyond the commands (scripts/_venv.sh compiles those),
+# once, instead of every test process compiling them anew where PYTHONDONTWRITEBYTECODE is set (CI's machines).
+unset PYTHONDONTWRITEBYTECODE
 steps=()
 timed() {  # timed NAME SECONDS: records a step's wall time for the summary.
   steps+=("$(printf '%-22s %5d s' "$1" "$2")")
