@@ -46,8 +46,19 @@ fi
 if ! has_flag --environment_type && { [ "$master" = "[local]" ] || [ "$master" = "[auto]" ]; }; then
   args+=("--environment_type=LOOPBACK")
 fi
-# A task manager keeps its Python SDK worker (which imports TensorFlow) between a job's stages instead of starting
-# one per stage; Beam honours it where its runner's classes are on the task managers' own classpath
-# (scripts/flink_cluster.sh, embedded Flink), and ignores it elsewhere (docs/runners.md).
-has_flag --environment_cache_millis || args+=("--environment_cache_millis=60000")
+# Workers in a pool or a container: a task manager keeps its Python SDK worker (which imports TensorFlow) between a
+# job's stages instead of starting one per stage. Beam honours it where its runner's classes are on the task
+# managers' own classpath (scripts/flink_cluster.sh, embedded Flink) and ignores it elsewhere (docs/runners.md).
+# Not with LOOPBACK: its workers are threads of this process, which has TensorFlow already, and a kept one was
+# still reading from the job server as this process ended (gRPC tracebacks after the summary).
+loopback=0
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[$i]}" in
+    --environment_type=LOOPBACK) loopback=1 ;;
+    --environment_type) [ "${args[$((i + 1))]:-}" = "LOOPBACK" ] && loopback=1 ;;
+  esac
+done
+if [ "$loopback" = 0 ] && ! has_flag --environment_cache_millis; then
+  args+=("--environment_cache_millis=60000")
+fi
 exec .venv/bin/python -m beam_pipeline --runner=FlinkRunner "${args[@]}"
