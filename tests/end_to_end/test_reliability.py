@@ -42,13 +42,6 @@ def held_unless_released(data):
     return behave
 
 
-def run_job(csv_path, out, *extra):
-    """The job's command line in a process of its own, on the default runner (worker processes)."""
-    result = subprocess.run(job_command(csv_path, out, *extra), capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 def run_job_here(csv_path, out, *extra):
     """The same command in this process, in memory with one worker (tests/in_process.py)."""
     return in_process.run_module("beam_pipeline", *job_command(csv_path, out, *extra)[3:])
@@ -76,8 +69,11 @@ def big_dataset(tmp_path_factory, loopback):
 
 @pytest.fixture(scope="module")
 def uninterrupted(big_dataset, tmp_path_factory):
+    """The reference, in this process and in memory: the interrupted runs' shards come from worker processes and
+    their resumes from memory, so each comparison with it is across worker counts too (worker processes here cost
+    ~30 s of CPU for their imports alone)."""
     out = tmp_path_factory.mktemp("uninterrupted") / "out"
-    run_job(big_dataset, out, "--num_shards", "12")
+    assert run_job_here(big_dataset, out, "--num_shards", "12").returncode == 0
     return out
 
 
@@ -187,9 +183,9 @@ def test_killed_run_resumes_to_the_same_output(big_dataset, uninterrupted, loopb
 
 
 def test_output_is_deterministic_whatever_the_worker_count(big_dataset, uninterrupted, tmp_path):
-    out = tmp_path / "out"
-    assert run_job_here(big_dataset, out, "--num_shards", "12", "--direct_num_workers", "1",
-                        "--direct_running_mode", "in_memory").returncode == 0
+    out = tmp_path / "out"  # Two workers (threads: the bundles split otherwise) against `uninterrupted`'s one.
+    assert run_job_here(big_dataset, out, "--num_shards", "12", "--direct_num_workers", "2",
+                        "--direct_running_mode", "multi_threading").returncode == 0
     assert outputs.shard_bytes(out) == outputs.shard_bytes(uninterrupted)  # Byte-identical shard files.
     assert outputs.keys_by_shard(out) == outputs.keys_by_shard(uninterrupted)
     first, second = outputs.manifest(uninterrupted), outputs.manifest(out)
