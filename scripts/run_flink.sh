@@ -31,10 +31,13 @@ has_flag() {
   return 1
 }
 master="[local]"
+environment=
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[$i]}" in
     --flink_master=*) master="${args[$i]#--flink_master=}" ;;
     --flink_master) master="${args[$((i + 1))]:-}" ;;
+    --environment_type=*) environment="${args[$i]#--environment_type=}" ;;
+    --environment_type) environment="${args[$((i + 1))]:-}" ;;
   esac
 done
 has_flag --flink_master || args+=("--flink_master=$master")
@@ -43,22 +46,16 @@ if ! has_flag --flink_job_server_jar; then
   JAR="$(bash scripts/flink_job_server.sh)"
   args+=("--flink_job_server_jar=$JAR")
 fi
-if ! has_flag --environment_type && { [ "$master" = "[local]" ] || [ "$master" = "[auto]" ]; }; then
-  args+=("--environment_type=LOOPBACK")
+if [ -z "$environment" ] && { [ "$master" = "[local]" ] || [ "$master" = "[auto]" ]; }; then
+  environment=LOOPBACK
+  args+=("--environment_type=$environment")
 fi
 # Workers in a pool or a container: a task manager keeps its Python SDK worker (which imports TensorFlow) between a
 # job's stages instead of starting one per stage. Beam honours it where its runner's classes are on the task
 # managers' own classpath (scripts/flink_cluster.sh, embedded Flink) and ignores it elsewhere (docs/runners.md).
 # Not with LOOPBACK: its workers are threads of this process, which has TensorFlow already, and a kept one was
 # still reading from the job server as this process ended (gRPC tracebacks after the summary).
-loopback=0
-for ((i = 0; i < ${#args[@]}; i++)); do
-  case "${args[$i]}" in
-    --environment_type=LOOPBACK) loopback=1 ;;
-    --environment_type) [ "${args[$((i + 1))]:-}" = "LOOPBACK" ] && loopback=1 ;;
-  esac
-done
-if [ "$loopback" = 0 ] && ! has_flag --environment_cache_millis; then
+if [ "$environment" != LOOPBACK ] && ! has_flag --environment_cache_millis; then
   args+=("--environment_cache_millis=60000")
 fi
 exec .venv/bin/python -m beam_pipeline --runner=FlinkRunner "${args[@]}"
