@@ -28,6 +28,9 @@ Measures, in this order (one module of scripts/benchmarks/ each):
     against none; the stepped job's peak RSS at two row counts (`--section steps` runs it alone).
 10. columns.py: the job keeping five extra columns (a 200-character caption, 1-4 labels, a float, an
     int, 1-3 boxes) against the job keeping none, on the light set (`--section columns` runs it alone).
+11. engines.py (`--section engines` only: it needs Java 17, Maven and standing clusters, which it starts
+    and stops): the job's marginal images/s on each engine of docs/runners.md (local, portable runner,
+    Flink embedded and standing cluster, Spark standing cluster) against the local runner's.
 It prints the ratio table, writes docs/benchmarks.md, docs/benchmark_throughput.png and the table
 between README.md's benchmark-table markers (harness.py: timing and repetitions; report.py).
 """

@@ -10,6 +10,7 @@ from benchmarks import (
     columns,
     data,
     end_to_end,
+    engines,
     fit,
     job,
     predict,
@@ -26,6 +27,9 @@ from benchmarks import (
     url_rows,
 )
 from benchmarks.harness import REPO, MachineShare, Results, tree_cpu_seconds
+
+# `--section NAME` run alone on the light set: NAME -> (its number in the docstring's list, its module).
+ALONE = {"steps": (9, steps), "columns": (12, columns), "engines": (13, engines)}
 
 
 @dataclasses.dataclass
@@ -68,14 +72,17 @@ def parse_args(argv, description):
                         help="Only the job's sections (1: the job against its baselines, 5: the stage table), on "
                              "both photo sets; prints the ratios and leaves the docs alone (~10 min with "
                              "--memory_factor 4).")
-    parser.add_argument("--section", choices=["steps", "lists", "columns"], default=None,
+    parser.add_argument("--section", choices=["steps", "lists", "columns", "engines"], default=None,
                         help="Run one section alone on the light set, print its ratios and leave the docs alone: "
                              "'steps' (9: a user's own --image_step, Python and TF, against a sequential loop and "
                              "tf.py_function; smoke: --section steps --light_images 12 --step_images 6 "
                              "--memory_factor 2 --repetitions 1); 'lists' (10: the launcher's peak memory and time "
                              "to the first shard from a --list_rows list as CSV and as Parquet); 'columns' (12: the "
                              "job keeping five extra columns against none; smoke: --section columns "
-                             "--light_images 12 --repetitions 1).")
+                             "--light_images 12 --repetitions 1); 'engines' (13: the job's marginal images/s on the "
+                             "local runner, the portable runner, Flink embedded and as a standing cluster, and a "
+                             "Spark standing cluster, on N and 10 N rows; needs Java 17 and Maven; ~40 min with "
+                             "--light_images 1000; smoke: --section engines --light_images 12 --repetitions 1).")
     parser.add_argument("--list_rows", type=int, default=1_000_000,
                         help="Rows of the lists section's CSV and Parquet lists (section 10).")
     parser.add_argument("--step_images", type=int, default=200,
@@ -102,12 +109,12 @@ def main(argv=None, description=None):
 
         lists.measure(os.path.join(bench.work, "lists"), args.list_rows)
         return 0
-    if args.section in ("steps", "columns"):  # The light set alone: no photographs to fetch.
+    if args.section in ALONE:  # The light set alone: no photographs to fetch.
+        number, section = ALONE[args.section]
         light = data.make_set("light", bench.work, data.sample_photos(), args.light_images or args.images, data.LIGHT)
-        number = 9 if args.section == "steps" else 12
         say(f"dataset: {len(light.images)} light JPEGs ({light.average_kib:.0f} KiB avg); {os.cpu_count()} cores; "
             f"{args.repetitions} interleaved repetitions; section {number} alone")
-        (steps if args.section == "steps" else columns).measure(bench, light)
+        section.measure(bench, light)
         for ratio in bench.results.ratios:
             say(f"{ratio.name} [{ratio.images}]: {ratio.summary()}{f'; {ratio.note}' if ratio.note else ''}")
         return 0

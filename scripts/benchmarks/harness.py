@@ -9,6 +9,7 @@ reports their median and range. Nothing here asserts a timing.
 import dataclasses
 import gc
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -190,6 +191,30 @@ def run_measured(command):
     if process.returncode != 0:
         raise RuntimeError(f"failed: {' '.join(map(str, command))}\n{stderr[-3000:]}")
     return wall, peak[0]
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_listening(port, process, log_path, timeout=300):
+    """Returns once 127.0.0.1:`port` accepts a connection; RuntimeError with the end of `log_path` when
+    `process` exits or `timeout` seconds pass first (the process is then killed)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    exited = process.poll()
+    process.kill()
+    with open(log_path, errors="replace") as log:
+        why = f"exited {exited}" if exited is not None else f"did not listen on {port} in {timeout} s"
+        raise RuntimeError(f"{' '.join(map(str, process.args))} {why}:\n{log.read()[-2000:]}")
 
 
 def python_command(*args):

@@ -24,29 +24,18 @@ K = 10
 
 def start(flags, log_path):
     """(process, base URL) of the UI's command line started with `flags` on a free port."""
-    import socket
     import subprocess
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from benchmarks.harness import free_port, wait_listening
+
+    port = free_port()
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "beam_pipeline.ui", *map(str, flags), "--port", str(port)],
                                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                    start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the UI exited {process.returncode}: {open(log_path).read()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return process, url
-        except OSError:
-            time.sleep(0.2)
-    process.kill()
-    raise RuntimeError(f"the UI did not listen in 300 s: {open(log_path).read()[-2000:]}")
+    wait_listening(port, process, log_path)
+    return process, f"http://127.0.0.1:{port}"
 
 
 def stop(process):
@@ -181,4 +170,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # The benchmarks package.
     sys.exit(main())

@@ -9,20 +9,13 @@ the URL CSV on N and 4N rows, in turn.
 """
 
 import os
-import socket
 import subprocess
 import sys
 
-from benchmarks.harness import in_turn, marginal_rate, python_command, run_measured
+from benchmarks.harness import free_port, in_turn, marginal_rate, python_command, run_measured
 
 LATENCY = 0.05
 FACTOR = 4
-
-
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _write_csv(path, images, rows, url_of=None):
@@ -41,7 +34,7 @@ def measure(bench, image_set):
     """url_rows_vs_files on `image_set` (the light set: everyday photos)."""
     results, work = bench.results, bench.work
     rows = len(image_set.images)
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "latency_server.py"),
                                image_set.folder, str(port), str(LATENCY)], stdout=subprocess.PIPE, text=True)
     try:

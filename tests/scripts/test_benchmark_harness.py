@@ -15,7 +15,15 @@ import outputs
 sys.path.insert(0, os.path.join(outputs.REPO_ROOT, "scripts"))
 
 from benchmarks import report  # noqa: E402
-from benchmarks.harness import Ratio, Results, in_turn, marginal_rate, read_through  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
+    Ratio,
+    Results,
+    free_port,
+    in_turn,
+    marginal_rate,
+    read_through,
+    wait_listening,
+)
 from benchmarks.targets import TARGETS, met  # noqa: E402
 
 
@@ -54,6 +62,27 @@ def test_every_target_is_judged_in_its_direction():
 def test_marginal_rate_cancels_start_up():
     assert marginal_rate((100, 12.0), (1000, 30.0)) == pytest.approx(50.0)  # 900 images in 18 s.
     assert marginal_rate((100, 12.0), (200, 11.0)) == pytest.approx(200 / 11.0)  # Noise: the big run alone.
+
+
+def test_a_server_is_waited_for_until_it_listens_and_one_that_exits_is_named_with_its_log(tmp_path):
+    import subprocess
+
+    port, log_path = free_port(), tmp_path / "server.log"
+    serve = ("import socket, time; s = socket.socket(); s.bind(('127.0.0.1', %d)); time.sleep(0.5); s.listen(); "
+             "time.sleep(60)" % port)
+    with open(log_path, "w") as log:
+        server = subprocess.Popen([sys.executable, "-c", serve], stdout=log, stderr=log)
+    try:
+        wait_listening(port, server, log_path, timeout=30)
+        assert server.poll() is None  # Returned because it listens, not because it ended.
+    finally:
+        server.kill()
+        server.wait()
+    with open(log_path, "w") as log:
+        failing = subprocess.Popen([sys.executable, "-c", "import sys; print('no config'); sys.exit(3)"],
+                                   stdout=log, stderr=log)
+    with pytest.raises(RuntimeError, match="exited 3:\n(.|\n)*no config"):
+        wait_listening(free_port(), failing, log_path, timeout=30)
 
 
 def test_read_through_reads_every_byte_of_every_file_under_a_folder(tmp_path):
