@@ -114,11 +114,17 @@ def test_summary_lines_escape_and_cut_names_and_labels():
     assert max(len(value) for _, value in rows) < 200 and max(len(name) for name, _ in rows) <= 22
 
 
+# The tests below read `columns_job`, a whole run of the job (~12 s of the everyday lane, built only for them):
+# the full suite's. The statistics' arithmetic (`column_stats.entry`) and the summary lines stay above.
+WHOLE_RUN = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def stats(columns_job):
     return column_stats.read_document(columns_job.out)
 
 
+@WHOLE_RUN
 def test_numeric_statistics_match_numpy(columns_job, stats):
     """Over the train images written (a bad cell's row, a missing file and validation rows left out)."""
     written = columns_job.train_written
@@ -136,6 +142,7 @@ def test_numeric_statistics_match_numpy(columns_job, stats):
     assert stats["columns"]["score"]["min"] == -2.25
 
 
+@WHOLE_RUN
 def test_labels_boxes_and_multi_label_counts(columns_job, stats):
     written = columns_job.train_written
 
@@ -164,6 +171,7 @@ def test_labels_boxes_and_multi_label_counts(columns_job, stats):
     assert set(manifest["statistics"]["label_vocabulary"]) == set(frequencies("label"))
 
 
+@WHOLE_RUN
 def test_the_graph_names_columns_by_index_and_holds_the_statistics(columns_job):
     import tensorflow_transform as tft
 
@@ -181,6 +189,7 @@ def test_the_graph_names_columns_by_index_and_holds_the_statistics(columns_job):
                                                    column_stats.read_document(columns_job.out)["label"]["vocabulary"]}
 
 
+@WHOLE_RUN
 def test_summary_and_inspect_show_each_column(columns_job, stats, capsys):
     summary = columns_job.stdout
     for line in ("column score", "column tags", "column objects", "column cls", 'column id,"é',
@@ -202,6 +211,7 @@ def test_inspect_of_a_run_keeping_no_column_has_no_column_statistics():
     assert "column_statistics" not in inspect.summary({"config": {"preprocess": {}}}, columns=None)
 
 
+@WHOLE_RUN
 def test_a_damaged_column_stats_file_is_one_line_naming_it(columns_job, tmp_path, capsys):
     """The hostile trial: one flipped byte in column_stats.json gave inspect a JSONDecodeError traceback."""
     import shutil
@@ -220,6 +230,7 @@ def test_a_damaged_column_stats_file_is_one_line_naming_it(columns_job, tmp_path
         make_dataset(str(out), columns=["score"], zscore=["score"])
 
 
+@WHOLE_RUN
 @pytest.mark.parametrize("damage, words", [
     (lambda text: text.replace('"version"', '"version!', 1), "features.json is not valid JSON"),  # A flipped byte.
     (lambda text: text.replace('"multi_label": true', '"multi_label": "yes"', 1), "features.json"),  # A wrong type.
@@ -240,6 +251,7 @@ def test_a_damaged_features_file_is_one_line_naming_it_in_inspect(columns_job, t
     assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
 
 
+@WHOLE_RUN
 def test_a_column_stats_file_changed_but_still_json_is_caught_by_its_digest(columns_job, tmp_path, capsys):
     """A flipped digit is still JSON: only the digest the manifest records catches it, as for the run's shards."""
     import shutil

@@ -303,6 +303,8 @@ PYTHON_FAILURES = {
 }
 
 
+@pytest.mark.slow  # Step processes started, TensorFlow traced twice (~8 s): tests/preprocess/test_step_runtime.py
+# keeps a Python step's own process in the everyday lane.
 def test_a_python_step_runs_between_decode_and_resize_once_set_up(tmp_path):
     """decode -> Python step (set up once per step process) -> TF step -> resize, each row failing on its own;
     in a child process by default, in this one with --step_timeout 0."""
@@ -383,6 +385,7 @@ def test_a_python_step_through_the_job_in_worker_processes_and_its_export_refuse
     assert raw.returncode == 2 and "py_steps.py:brighten, is a Python step" in raw.stderr, raw.stderr[-2000:]
 
 
+@pytest.mark.slow  # A Python step's process started, TF steps traced (~9 s of the everyday lane): the full suite's.
 def test_a_step_file_travels_with_the_job_and_a_worker_never_reads_its_path(tmp_path):
     """A remote worker (a Flink TaskManager's, Dataflow's) has no copy of the launcher's step file: the records
     the job pickles into its DoFns carry the file's bytes, and a worker runs the steps from those."""

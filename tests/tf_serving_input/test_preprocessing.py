@@ -360,7 +360,9 @@ def _large_jpegs():
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("resize_mode", ["center_crop", "pad", "stretch"])
+# Two 2 MP photos decoded twice per case (~5 s each): the everyday lane keeps center_crop, the full suite all three.
+@pytest.mark.parametrize("resize_mode", ["center_crop", pytest.param("pad", marks=pytest.mark.slow),
+                                         pytest.param("stretch", marks=pytest.mark.slow)])
 def test_shrink_on_load_matches_full_decode(resize_mode, mode):
     for orientation, data in _large_jpegs().items():  # Rotated files too: the kept side is measured upright.
         full = PreprocessConfig(image_size=64, resize_mode=resize_mode, jpeg_shrink_on_load=False)

@@ -100,6 +100,7 @@ def test_rest_body_feeds_the_session_loaded_signature(tiny_job, classifier_expor
     assert serve(**inputs)["scores"].shape == (2, len(vocabulary))
 
 
+@pytest.mark.slow  # Three exports of a model (~13 s of the everyday lane): the full suite's.
 def test_embedding_from_a_named_layer_or_none(tiny_job, tmp_path):
     out, folder, _ = tiny_job
     model = classifier(3)
